@@ -1,0 +1,3 @@
+from dplint.cli import main
+
+raise SystemExit(main())

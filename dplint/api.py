@@ -1,0 +1,110 @@
+"""The Python API: `lint_paths` for trees, `lint_source` for one piece of code."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from dplint.cache import Cache, Checked, Scanned, Stamp
+from dplint.config import Settings
+from dplint.discovery import discover
+from dplint.engine import (
+    FileResult,
+    InternalError,
+    SourceFile,
+    Unreadable,
+    check_file,
+    check_task,
+    parse_error_finding,
+    relocated,
+    run_parallel,
+    scan,
+    source_file,
+)
+from dplint.facts import FileFacts, ProjectFacts, collect_file_facts
+from dplint.finding import Finding
+from dplint.rules import CHECKS
+
+
+@dataclass
+class LintResult:
+    findings: List[Finding] = field(default_factory=list)
+    internal_errors: List[InternalError] = field(default_factory=list)
+    files: int = 0  # files looked at
+    parsed: int = 0  # files linted afresh (not from the cache)
+
+
+def default_settings(select: Optional[Iterable[str]] = None) -> Settings:
+    codes = frozenset(select) if select is not None else frozenset(r.code for r in CHECKS if r.enabled_by_default)
+    return Settings(enabled=codes, root=Path.cwd())
+
+
+def lint_paths(paths: Sequence[os.PathLike], settings: Optional[Settings] = None, *, jobs: Optional[int] = None, cache: bool = True) -> LintResult:
+    """Lint files and folders: pass 1 collects project facts, pass 2 runs the rules."""
+    settings = settings or default_settings()
+    jobs = jobs or os.cpu_count() or 1
+    files, problems = discover([Path(p) for p in paths], settings)
+    sources = [source_file(path) for path in files]
+    store = Cache.open(settings.root, settings.digest, cache)
+    result = LintResult(files=len(sources))
+
+    stamps = {s.filename: Stamp.of(s.filename) for s in sources}
+    scanned: Dict[str, Scanned] = {}
+    to_scan: List[SourceFile] = []
+    for source in sources:
+        entry = store.scan_entry(source.filename, stamps[source.filename])
+        if entry is None:
+            to_scan.append(source)
+        else:
+            scanned[source.filename] = entry
+    for source, (facts, digest) in zip(to_scan, run_parallel(scan, to_scan, jobs, settings, None)):
+        stamp = stamps[source.filename]
+        if digest and stamp is not None:
+            store.scanned[source.filename] = scanned[source.filename] = Scanned(stamp, digest, facts)
+    project = ProjectFacts.build([entry.facts for entry in scanned.values() if entry.facts is not None])
+
+    cached: List[Tuple[SourceFile, FileResult]] = []
+    to_check: List[Tuple[SourceFile, Optional[FileFacts]]] = []
+    for source in sources:
+        entry = scanned.get(source.filename)
+        hit = entry and store.check_entry(source.filename, entry.content_hash, project.digest)
+        if hit:
+            cached.append((source, hit))
+        else:
+            to_check.append((source, entry.facts if entry else None))
+    checked = run_parallel(check_task, to_check, jobs, settings, project)
+    for (source, _), file_result in zip(to_check, checked):
+        entry = scanned.get(source.filename)
+        if entry is not None and not file_result.internal_errors:
+            store.checked[source.filename] = Checked(entry.content_hash, project.digest, file_result)
+    store.save()
+
+    result.parsed = len(to_check)
+    for source, file_result in cached + list(zip((s for s, _ in to_check), checked)):
+        result.findings.extend(relocated(f, source.path) for f in file_result.findings)
+        result.internal_errors.extend(file_result.internal_errors)
+    for path, reason in problems:
+        result.findings.append(parse_error_finding(source_file(path), Unreadable(f"cannot read: {reason}")))
+    result.findings.sort(key=Finding.sort_key)
+    return result
+
+
+def lint_source(
+    source: str,
+    path: str = "<stdin>.py",
+    *,
+    select: Optional[Iterable[str]] = None,
+    settings: Optional[Settings] = None,
+) -> List[Finding]:
+    """Lint one piece of code as if it were the file `path` (project facts come from it alone)."""
+    settings = settings or default_settings(select)
+    name = Path(path).stem
+    file = SourceFile(filename=str(Path(path).absolute()), path=path, module_name=name)
+    facts = collect_file_facts(source, name, path)
+    result = check_file(file, source, settings, ProjectFacts.build([facts]), facts)
+    if result.internal_errors:
+        error = result.internal_errors[0]
+        raise RuntimeError(f"internal error in rule {error.code} on {error.path}:\n{error.details}")
+    return sorted(result.findings, key=Finding.sort_key)

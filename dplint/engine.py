@@ -1,0 +1,266 @@
+"""The lint pipeline: read, prefilter, parse, check, suppress, locate.
+
+Pass 1 (`scan`) reads every file and collects its project-level facts; pass 2 (`check_file`) lints
+only files whose text can match an enabled rule. Both passes run in worker processes when there is
+enough work, and both are cached per file.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import io
+import multiprocessing
+import os
+import sys
+import tokenize
+import traceback
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+
+from dplint.config import Settings
+from dplint.facts import FileFacts, ProjectFacts, collect_file_facts, module_name_for
+from dplint.finding import Edit, Finding, Fix, Location
+from dplint.rule import Report, Rule
+from dplint.rules import CHECKS, ParseError
+from dplint.suppression import Suppressions
+
+MAX_FILE_BYTES = 10 * 1024 * 1024
+# Below this many files, starting worker processes costs more than it saves.
+PARALLEL_THRESHOLD = 24
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class InternalError:
+    path: str
+    code: str
+    details: str
+
+
+@dataclass(frozen=True)
+class FileResult:
+    findings: Tuple[Finding, ...] = ()
+    internal_errors: Tuple[InternalError, ...] = ()
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A file as the run sees it: where it is, how it is shown, and its module name."""
+
+    filename: str  # absolute
+    path: str  # shown to the user
+    module_name: str
+
+
+class Unreadable(Exception):
+    """The file's bytes are not source text; the message says why."""
+
+
+def decode(data: bytes) -> str:
+    if b"\0" in data:
+        raise Unreadable("binary file (it contains NUL bytes); not Python source")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding)
+    except SyntaxError as error:  # an unknown coding cookie
+        raise Unreadable(f"cannot decode: {error.msg}") from None
+    except (UnicodeDecodeError, LookupError) as error:
+        reason = error.reason if isinstance(error, UnicodeDecodeError) else str(error)
+        where = f" at byte {error.start}" if isinstance(error, UnicodeDecodeError) else ""
+        raise Unreadable(f"cannot decode as {encoding}{where}: {reason}; save the file as UTF-8") from None
+
+
+def read_bytes(filename: str) -> bytes:
+    try:
+        size = os.path.getsize(filename)
+        if size > MAX_FILE_BYTES:
+            raise Unreadable(f"file too large to lint ({size / 2**20:.1f} MiB; the limit is {MAX_FILE_BYTES // 2**20} MiB)")
+        with open(filename, "rb") as handle:
+            return handle.read()
+    except OSError as error:
+        raise Unreadable(f"cannot read: {error.strerror or error}") from None
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def parse(text: str):
+    """A libcst Module, or Unreadable with the reason and line.
+
+    CPython's own parser runs first: it is fast, gives the clearest syntax errors, and rejects
+    pathological nesting that would overflow libcst's native parser's stack.
+    """
+    import libcst as cst
+
+    try:
+        ast.parse(text)
+    except (RecursionError, MemoryError):
+        raise Unreadable("too deeply nested to parse") from None
+    except SyntaxError as error:
+        message = error.msg or "invalid syntax"
+        if "too many" in message:  # nesting limits: never hand such input to libcst
+            raise _syntax_error(message, error) from None
+        try:
+            return cst.parse_module(text)  # syntax newer than this Python's parser knows
+        except Exception:
+            raise _syntax_error(message, error) from None
+    try:
+        return cst.parse_module(text)
+    except Exception as error:  # libcst rejects a few constructs CPython accepts
+        raise Unreadable(f"libcst cannot parse this file: {str(error).splitlines()[0]}") from None
+
+
+class _LocatedUnreadable(Unreadable):
+    def __init__(self, message: str, line: int, column: int) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
+
+
+def _syntax_error(message: str, error: SyntaxError) -> Unreadable:
+    return _LocatedUnreadable(f"syntax error: {message}", error.lineno or 1, max(error.offset or 1, 1))
+
+
+def parse_error_finding(source: SourceFile, error: Unreadable) -> Finding:
+    line = getattr(error, "line", 1)
+    column = getattr(error, "column", 1)
+    return Finding(
+        code=ParseError.code,
+        name=ParseError.name,
+        severity=ParseError.severity,
+        message=f"{error}. The file was not checked.",
+        help="Fix the file, or exclude it with `extend-exclude` if it is not Python source.",
+        path=source.path,
+        filename=source.filename,
+        location=Location(line, column),
+        end_location=Location(line, column),
+    )
+
+
+def scan(source: SourceFile) -> Tuple[Optional[FileFacts], str]:
+    """Pass 1: the file's project-level facts (None when it cannot be read) and its content hash."""
+    try:
+        data = read_bytes(source.filename)
+    except Unreadable:
+        return None, ""
+    try:
+        text = decode(data)
+    except Unreadable:
+        return None, content_hash(data)
+    return collect_file_facts(text, source.module_name, source.path), content_hash(data)
+
+
+def check_file(source: SourceFile, text: Optional[str], settings: Settings, project: ProjectFacts, facts: Optional[FileFacts]) -> FileResult:
+    """Pass 2: lint one file with the enabled rules that can match its text."""
+    try:
+        if text is None:
+            text = decode(read_bytes(source.filename))
+    except Unreadable as error:
+        return FileResult((parse_error_finding(source, error),))
+    ignored = settings.ignored_for(Path(source.filename))
+    classes = facts.class_names if facts is not None else ()
+    enabled = (rule() for rule in CHECKS if rule.code in settings.enabled and rule.code not in ignored)
+    rules = [rule for rule in enabled if rule.applies_to(text, classes, project)]
+    if not rules:
+        return FileResult()
+    try:
+        module = parse(text)
+    except Unreadable as error:
+        return FileResult((parse_error_finding(source, error),))
+    return run_rules(source, text, module, rules, project)
+
+
+def run_rules(source: SourceFile, text: str, module, rules: Sequence[Rule], project: ProjectFacts) -> FileResult:
+    from dplint.context import FileContext
+
+    ctx = FileContext(path=source.path, source=text, module=module, project=project, module_name=source.module_name)
+    suppressions = Suppressions(text)
+    findings: List[Finding] = []
+    errors: List[InternalError] = []
+    for rule in rules:
+        if suppressions.file_ignores(rule.code):
+            continue
+        try:
+            for report in rule.check(ctx):
+                finding = _locate(rule, report, ctx, source)
+                if not suppressions.line_ignores(finding, ctx.line(report.statement) if report.statement else None):
+                    findings.append(finding)
+        except RecursionError:
+            findings.append(parse_error_finding(source, Unreadable("too deeply nested to analyse")))
+        except Exception:
+            errors.append(InternalError(source.path, rule.code, traceback.format_exc()))
+    return FileResult(tuple(findings), tuple(errors))
+
+
+def _locate(rule: Rule, report: Report, ctx, source: SourceFile) -> Finding:
+    span = ctx.position(report.node)
+    fix = None
+    if report.fix is not None:
+        edits = []
+        for edit in report.fix.edits:
+            where = ctx.position(edit.node)
+            start = Location(where.start.line, where.start.column + 1)
+            end = start if edit.insert_before else Location(where.end.line, where.end.column + 1)
+            edits.append(Edit(edit.content, start, end))
+        fix = Fix(report.fix.applicability, report.fix.message, tuple(edits))
+    return Finding(
+        code=rule.code,
+        name=rule.name,
+        severity=rule.severity,
+        message=report.message,
+        help=report.help,
+        path=source.path,
+        filename=source.filename,
+        location=Location(span.start.line, span.start.column + 1),
+        end_location=Location(span.end.line, span.end.column + 1),
+        fix=fix,
+        noqa_row=ctx.line(report.statement) if report.statement is not None else span.start.line,
+    )
+
+
+# ----- running many files ---------------------------------------------------------------------------
+
+_worker_state: Dict[str, object] = {}
+
+
+def _init_worker(settings: Settings, project: Optional[ProjectFacts]) -> None:
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    _worker_state["settings"] = settings
+    _worker_state["project"] = project
+
+
+def check_task(item: Tuple[SourceFile, Optional[FileFacts]]) -> FileResult:
+    source, facts = item
+    return check_file(source, None, _worker_state["settings"], _worker_state["project"], facts)  # type: ignore[arg-type]
+
+
+def run_parallel(function: Callable[[T], R], items: Sequence[T], jobs: int, settings: Settings, project: Optional[ProjectFacts]) -> List[R]:
+    if jobs <= 1 or len(items) < PARALLEL_THRESHOLD:
+        _init_worker(settings, project)
+        return [function(item) for item in items]
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    chunksize = max(1, min(64, len(items) // (jobs * 8)))
+    with context.Pool(jobs, initializer=_init_worker, initargs=(settings, project)) as pool:
+        return pool.map(function, items, chunksize=chunksize)
+
+
+def display_path(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return str(path)
+
+
+def source_file(path: Path, shown: Optional[str] = None) -> SourceFile:
+    absolute = path.resolve() if path.exists() else path.absolute()
+    return SourceFile(str(absolute), shown or display_path(path), module_name_for(absolute))
+
+
+def relocated(finding: Finding, shown: str) -> Finding:
+    return finding if finding.path == shown else replace(finding, path=shown)

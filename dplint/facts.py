@@ -1,0 +1,314 @@
+"""Project-level facts, collected from every linted file before any rule runs.
+
+Some pitfalls span files: `train.py` wraps in DataParallel the class that `models/crnn.py` defines,
+and `import models` imports torch when `models/__init__.py` does. The first pass reads each file
+cheaply (a regex for imports, Python's own `ast` only where DataParallel or `forward` appears) and
+the facts are merged into one `ProjectFacts` that the rules of the second pass consult.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+# Third-party packages that import torch when imported; importing one counts as importing torch.
+TORCH_LIBRARIES = frozenset(
+    """torch torchvision torchaudio torchtext torchdata torchmetrics pytorch_lightning lightning
+    lightning_fabric accelerate timm deepspeed torch_geometric torch_scatter torch_sparse fairseq
+    detectron2 mmcv mmdet mmengine apex diffusers peft transformers sentence_transformers kornia
+    monai fastai ignite xformers flash_attn vllm bitsandbytes ultralytics trl dgl""".split()
+)
+
+DATA_PARALLEL = frozenset(
+    {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"}
+)
+# Methods that return the module they are called on, so `DataParallel(Net().cuda())` still wraps a Net.
+MODULE_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval"})
+
+_IMPORT_LINE = re.compile(
+    r"^(?:import[ \t]+(?P<names>[\w. \t,]+)|from[ \t]+(?P<dots>\.*)(?P<module>[\w.]*)[ \t]+import[ \t]+\(?(?P<imported>[\w. \t,]*))",
+    re.M,
+)
+
+
+def is_torch_module(name: str) -> bool:
+    return name.split(".")[0] in TORCH_LIBRARIES
+
+
+@dataclass(frozen=True)
+class Wrap:
+    """`nn.DataParallel(ClassName(...), dim=dim)` at path:line (dim None when not a literal)."""
+
+    class_name: str
+    dim: Optional[int]
+    path: str
+    line: int
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    name: str
+    bases: Tuple[str, ...]
+    defines_forward: bool
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    module_name: str
+    imports: Tuple[str, ...] = ()
+    classes: Tuple[ClassInfo, ...] = ()
+    wraps: Tuple[Wrap, ...] = ()
+
+    @property
+    def imports_torch_directly(self) -> bool:
+        return any(is_torch_module(name) for name in self.imports)
+
+    @property
+    def class_names(self) -> Tuple[str, ...]:
+        return tuple(info.name for info in self.classes)
+
+
+@lru_cache(maxsize=None)
+def _is_package(directory: Path) -> bool:
+    return (directory / "__init__.py").is_file()
+
+
+def module_name_for(path: Path) -> str:
+    """The dotted module name of a file, walking up while the parent folders are packages."""
+    parts = [] if path.stem == "__init__" else [path.stem]
+    directory = path.parent
+    while _is_package(directory):
+        parts.insert(0, directory.name)
+        if directory.parent == directory:
+            break
+        directory = directory.parent
+    return ".".join(parts) or path.stem
+
+
+def _absolute(module_name: str, dots: str, module: str) -> str:
+    if not dots:
+        return module
+    package = module_name.split(".")[:-1]
+    package = package[: len(package) - (len(dots) - 1)] if len(dots) > 1 else package
+    return ".".join([*package, module] if module else package)
+
+
+def scan_imports(text: str, module_name: str) -> Tuple[str, ...]:
+    """Modules imported by unindented (module-level) import statements."""
+    found: List[str] = []
+    for match in _IMPORT_LINE.finditer(text):
+        if match.group("names") is not None:
+            for item in match.group("names").split(","):
+                words = item.split()
+                if words:
+                    found.append(words[0])
+            continue
+        base = _absolute(module_name, match.group("dots"), match.group("module"))
+        if base:
+            found.append(base)
+        if match.group("dots") or not match.group("module"):
+            # `from . import crnn` imports the submodule `pkg.crnn`.
+            for item in match.group("imported").split(","):
+                words = item.split()
+                if words:
+                    found.append(f"{base}.{words[0]}" if base else words[0])
+    return tuple(dict.fromkeys(found))
+
+
+def collect_file_facts(text: str, module_name: str, path: str) -> FileFacts:
+    imports = scan_imports(text, module_name)
+    if "DataParallel" not in text and "def forward" not in text:
+        return FileFacts(module_name, imports)
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return FileFacts(module_name, imports)
+    visitor = _FactsVisitor(path)
+    visitor.visit(tree)
+    return FileFacts(module_name, imports, tuple(visitor.classes), tuple(visitor.wraps))
+
+
+def _int_literal(node: ast.AST) -> Optional[int]:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _int_literal(node.operand)
+        return None if inner is None else -inner
+    return None
+
+
+def _ast_dotted(node: ast.AST) -> Optional[str]:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _ast_dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+class _FactsVisitor(ast.NodeVisitor):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.aliases: Dict[str, str] = {}
+        self.classes: List[ClassInfo] = []
+        self.wraps: List[Wrap] = []
+        self.scopes: List[Dict[str, List[ast.AST]]] = [{}]
+
+    def qualify(self, node: ast.AST) -> Optional[str]:
+        name = _ast_dotted(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        target = self.aliases.get(head, head)
+        return f"{target}.{rest}" if rest else target
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.asname:
+                self.aliases[alias.asname] = alias.name
+            else:
+                top = alias.name.split(".")[0]
+                self.aliases[top] = top
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        for alias in node.names:
+            base = node.module or ""
+            self.aliases[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        bases = tuple(name.rpartition(".")[2] for name in map(_ast_dotted, node.bases) if name)
+        defines_forward = any(
+            isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "forward" for item in node.body
+        )
+        self.classes.append(ClassInfo(node.name, bases, defines_forward))
+        self.generic_visit(node)
+
+    def _visit_scope(self, node: ast.AST) -> None:
+        self.scopes.append({})
+        # Assignments are collected before the calls are read, so a wrap may name a model assigned later.
+        for child in ast.walk(node):
+            if isinstance(child, ast.Assign) and len(child.targets) == 1 and isinstance(child.targets[0], ast.Name):
+                self.scopes[-1].setdefault(child.targets[0].id, []).append(child.value)
+        self.generic_visit(node)
+        self.scopes.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _visit_scope
+
+    def visit_Module(self, node: ast.Module) -> None:
+        for child in node.body:
+            if isinstance(child, ast.Assign) and len(child.targets) == 1 and isinstance(child.targets[0], ast.Name):
+                self.scopes[0].setdefault(child.targets[0].id, []).append(child.value)
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if self.qualify(node.func) in DATA_PARALLEL and node.args:
+            line = node.lineno
+            for class_name in self._wrapped_classes(node.args[0], depth=0):
+                self.wraps.append(Wrap(class_name, self._dim(node), self.path, line))
+        self.generic_visit(node)
+
+    @staticmethod
+    def _dim(node: ast.Call) -> Optional[int]:
+        for keyword in node.keywords:
+            if keyword.arg == "dim":
+                return _int_literal(keyword.value)
+        if len(node.args) > 3:
+            return _int_literal(node.args[3])
+        return 0
+
+    def _wrapped_classes(self, node: ast.AST, depth: int) -> Iterable[str]:
+        if depth > 3:
+            return
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in MODULE_RETURNING_METHODS:
+                yield from self._wrapped_classes(func.value, depth + 1)
+                return
+            qualified = self.qualify(func)
+            if qualified and not is_torch_module(qualified):
+                yield qualified.rpartition(".")[2]
+        elif isinstance(node, ast.Name):
+            for scope in reversed(self.scopes):
+                if node.id in scope:
+                    for value in scope[node.id]:
+                        yield from self._wrapped_classes(value, depth + 1)
+                    return
+
+
+@dataclass(frozen=True)
+class ProjectFacts:
+    # Class whose `forward` runs under DataParallel → the wraps that run it.
+    wrapped: Mapping[str, Tuple[Wrap, ...]] = field(default_factory=dict)
+    # Project modules that import torch when imported (directly or through other project modules).
+    torch_modules: FrozenSet[str] = frozenset()
+
+    @classmethod
+    def build(cls, files: Sequence[FileFacts]) -> "ProjectFacts":
+        classes: Dict[str, List[ClassInfo]] = {}
+        for facts in files:
+            for info in facts.classes:
+                classes.setdefault(info.name, []).append(info)
+        wrapped: Dict[str, List[Wrap]] = {}
+        for facts in files:
+            for wrap in facts.wraps:
+                for owner in _forward_owners(wrap.class_name, classes):
+                    wrapped.setdefault(owner, []).append(wrap)
+        return cls(
+            wrapped={name: tuple(wraps) for name, wraps in sorted(wrapped.items())},
+            torch_modules=_torch_importers(files),
+        )
+
+    def imports_torch(self, module: str) -> bool:
+        """Whether `import module` imports torch (importing `a.b` runs `a/__init__.py` and `a/b.py`)."""
+        return is_torch_module(module) or any(prefix in self.torch_modules for prefix in _prefixes(module))
+
+    @property
+    def digest(self) -> str:
+        text = repr((sorted((k, v) for k, v in self.wrapped.items()), sorted(self.torch_modules)))
+        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def _forward_owners(class_name: str, classes: Mapping[str, List[ClassInfo]]) -> List[str]:
+    """The classes whose `forward` runs when `class_name` is called: itself, or the base that defines it."""
+    owners: List[str] = []
+    pending, seen = [class_name], set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        infos = classes.get(name, [])
+        if not infos or any(info.defines_forward for info in infos):
+            owners.append(name)
+            continue
+        for info in infos:
+            pending.extend(info.bases)
+    return owners
+
+
+def _prefixes(module: str) -> Iterable[str]:
+    parts = module.split(".")
+    return (".".join(parts[: i + 1]) for i in range(len(parts)))
+
+
+def _torch_importers(files: Sequence[FileFacts]) -> FrozenSet[str]:
+    project = {facts.module_name for facts in files}
+    importers_of: Dict[str, Set[str]] = {}
+    for facts in files:
+        for imported in facts.imports:
+            for prefix in _prefixes(imported):
+                if prefix in project and prefix != facts.module_name:
+                    importers_of.setdefault(prefix, set()).add(facts.module_name)
+    found = {facts.module_name for facts in files if facts.imports_torch_directly}
+    pending = list(found)
+    while pending:
+        for importer in importers_of.get(pending.pop(), ()):
+            if importer not in found:
+                found.add(importer)
+                pending.append(importer)
+    return frozenset(found)

@@ -1,0 +1,101 @@
+"""The rule base class: one pitfall, one class, with its docs and examples inside it (Fixit's layout)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Iterable, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from dplint.context import FileContext
+    from dplint.facts import ProjectFacts
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Code the rule must stay silent on."""
+
+    code: str
+
+    @property
+    def source(self) -> str:
+        return textwrap.dedent(self.code).lstrip("\n")
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code the rule must report, on `line` (1-based, counted in the dedented source)."""
+
+    code: str
+    line: int
+    expected_fix: Optional[str] = None
+
+    @property
+    def source(self) -> str:
+        return textwrap.dedent(self.code).lstrip("\n")
+
+    @property
+    def fixed_source(self) -> Optional[str]:
+        return None if self.expected_fix is None else textwrap.dedent(self.expected_fix).lstrip("\n")
+
+
+@dataclass(frozen=True)
+class NodeEdit:
+    """A fix edit named by a node: `content` replaces the node, or goes just before it."""
+
+    node: "cst.CSTNode"
+    content: str
+    insert_before: bool = False
+
+
+@dataclass(frozen=True)
+class FixSpec:
+    message: str
+    edits: Tuple[NodeEdit, ...]
+    applicability: str = "safe"
+
+
+@dataclass
+class Report:
+    """What a rule says about one node; the engine turns it into a located Finding."""
+
+    node: "cst.CSTNode"
+    message: str
+    help: str
+    fix: Optional[FixSpec] = None
+    # The statement holding the node: a `# noqa` on its first line also suppresses the report.
+    statement: Optional["cst.CSTNode"] = None
+
+
+class Rule:
+    """Base class of every rule. The class docstring is the rule's documentation, in Ruff's headings."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    severity: ClassVar[str] = "error"
+    enabled_by_default: ClassVar[bool] = True
+    # A file whose text matches none of the enabled rules' triggers is never parsed.
+    triggers: ClassVar[Optional["re.Pattern[str]"]] = None
+    VALID: ClassVar[Sequence[Valid]] = ()
+    INVALID: ClassVar[Sequence[Invalid]] = ()
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: "ProjectFacts") -> bool:
+        return self.triggers is None or self.triggers.search(text) is not None
+
+    def check(self, ctx: "FileContext") -> Iterable[Report]:
+        raise NotImplementedError
+
+    @classmethod
+    def docs(cls) -> str:
+        return inspect.cleandoc(cls.__doc__ or "")
+
+    @classmethod
+    def explain(cls) -> str:
+        state = "enabled" if cls.enabled_by_default else "disabled"
+        header = f"# {cls.name} ({cls.code})\n\n{cls.summary}\n\nSeverity: {cls.severity}; {state} by default.\n\n"
+        return header + cls.docs() + "\n"

@@ -1,0 +1,561 @@
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Dict, Iterator, List, Optional, Sequence, Set
+
+import libcst as cst
+
+from dplint.context import FileContext
+from dplint.facts import DATA_PARALLEL
+from dplint.names import Body, ImportMap, block_body, child_blocks, dotted
+from dplint.rule import Invalid, Report, Rule, Valid
+
+VARIABLE = "CUDA_VISIBLE_DEVICES"
+# torch.cuda functions that call cuInit (read from torch/cuda/__init__.py: `_lazy_init` and friends).
+CUDA_INITIALISERS = frozenset(
+    "torch.cuda." + name
+    for name in """is_available init set_device current_device get_device_name get_device_properties
+    get_device_capability synchronize current_stream default_stream mem_get_info is_bf16_supported
+    get_rng_state get_rng_state_all initial_seed can_device_access_peer set_per_process_memory_fraction
+    device device_count""".split()
+)
+DEVICE_COUNT = "torch.cuda.device_count"
+ENVIRON_SETTERS = frozenset({"os.environ.setdefault", "os.environ.update", "os.environ.__setitem__", "os.putenv"})
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened on the executed path: torch imported, or CUDA initialised."""
+
+    text: str
+    line: int
+    device_count: bool = False
+
+    def describe(self) -> str:
+        return f"{self.text} on line {self.line}"
+
+
+@dataclass(frozen=True)
+class FlowState:
+    torch_import: Optional[Event] = None
+    cuda_init: Optional[Event] = None
+    cuda_names: frozenset = frozenset()  # names bound to a CUDA device (`device = torch.device("cuda")`)
+
+    def merge(self, other: "FlowState") -> "FlowState":
+        """After a branch: what may have happened on either path."""
+        return FlowState(
+            self.torch_import or other.torch_import,
+            self.cuda_init or other.cuda_init,
+            self.cuda_names | other.cuda_names,
+        )
+
+
+@dataclass
+class Assignment:
+    node: cst.CSTNode
+    statement: cst.CSTNode
+    code: str  # DPL201 or DPL202
+    cause: Event
+
+
+@dataclass
+class FlowAnalysis:
+    """Executes the file abstractly, in execution order, and records every CUDA_VISIBLE_DEVICES write."""
+
+    ctx: FileContext
+    assignments: Dict[cst.CSTNode, Assignment] = field(default_factory=dict)
+    functions: Dict[str, cst.FunctionDef] = field(default_factory=dict)
+    executed: Set[cst.FunctionDef] = field(default_factory=set)
+    running: List[cst.FunctionDef] = field(default_factory=list)
+
+    def run(self) -> "FlowAnalysis":
+        module = self.ctx.module
+        for statement in module.body:
+            if isinstance(statement, cst.FunctionDef):
+                self.functions[statement.name.value] = statement
+        state = self._block(module.body, FlowState())
+        # A function nothing in the file calls runs later, after the module has been imported.
+        later = FlowState(state.torch_import, state.cuda_init)
+        for function in _all_functions(module.body):
+            if function not in self.executed:
+                self.executed.add(function)
+                self._run_function(function, later)
+        return self
+
+    def _run_function(self, function: cst.FunctionDef, state: FlowState) -> FlowState:
+        self.running.append(function)
+        try:
+            return self._block(block_body(function.body), state)
+        finally:
+            self.running.pop()
+
+    def _block(self, body: Body, state: FlowState) -> FlowState:
+        for statement in body:
+            state = self._statement(statement, state)
+        return state
+
+    def _statement(self, statement: cst.CSTNode, state: FlowState) -> FlowState:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                state = self._small(small, state)
+            return state
+        if isinstance(statement, cst.FunctionDef):
+            return state
+        if isinstance(statement, cst.ClassDef):
+            return self._block(block_body(statement.body), state)
+        state = self._expressions(_header_expressions(statement), statement, state)
+        blocks = list(child_blocks(statement))
+        after = self._block(blocks[0], state)
+        for block in blocks[1:]:
+            after = after.merge(self._block(block, state))
+        return after.merge(state)
+
+    def _small(self, small: cst.BaseSmallStatement, state: FlowState) -> FlowState:
+        if isinstance(small, (cst.Import, cst.ImportFrom)):
+            imported = self._torch_import(small)
+            if imported and state.torch_import is None:
+                state = replace(state, torch_import=Event(imported, self.ctx.line(small)))
+            return state
+        if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            value = small.value
+            if value is not None:
+                state = self._expressions([value], small, state)
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            if any(self._is_variable_subscript(target) for target in targets):
+                self._record(small, small, state)
+            return self._track_device_names(targets, value, state)
+        return self._expressions([small], small, state)
+
+    def _track_device_names(self, targets: Sequence[cst.BaseExpression], value, state: FlowState) -> FlowState:
+        names = {t.value for t in targets if isinstance(t, cst.Name)}
+        if not names:
+            return state
+        is_cuda = value is not None and self._is_cuda_device(value, state)
+        cuda_names = state.cuda_names | names if is_cuda else state.cuda_names - names
+        return replace(state, cuda_names=frozenset(cuda_names))
+
+    def _expressions(self, nodes: Sequence[cst.CSTNode], statement: cst.CSTNode, state: FlowState) -> FlowState:
+        for node in nodes:
+            for call in _calls_in_evaluation_order(node):
+                state = self._call(call, statement, state)
+        return state
+
+    def _call(self, call: cst.Call, statement: cst.CSTNode, state: FlowState) -> FlowState:
+        qualified = self.ctx.qualify(call.func)
+        if qualified in ENVIRON_SETTERS and self._sets_variable(call, qualified):
+            self._record(call, statement, state)
+            return state
+        if state.cuda_init is None and self._initialises_cuda(call, qualified, state):
+            text = f"`{self.ctx.short_code(call)}`"
+            if self.running:
+                text += f" (in `{self.running[-1].name.value}()`)"
+            return replace(state, cuda_init=Event(text, self.ctx.line(call), qualified == DEVICE_COUNT))
+        if isinstance(call.func, cst.Name):
+            function = self.functions.get(call.func.value)
+            if function is not None and function not in self.running:
+                self.executed.add(function)
+                return self._run_function(function, state)
+        return state
+
+    def _record(self, node: cst.CSTNode, statement: cst.CSTNode, state: FlowState) -> None:
+        if state.cuda_init is not None:
+            found = Assignment(node, statement, "DPL201", state.cuda_init)
+        elif state.torch_import is not None:
+            found = Assignment(node, statement, "DPL202", state.torch_import)
+        else:
+            return
+        previous = self.assignments.get(node)
+        if previous is None or (previous.code == "DPL202" and found.code == "DPL201"):
+            self.assignments[node] = found
+
+    # ----- what the code does ---------------------------------------------------------------------
+
+    def _torch_import(self, node: cst.CSTNode) -> Optional[str]:
+        text = f"`{self.ctx.short_code(node)}`"
+        if isinstance(node, cst.Import):
+            modules = [dotted(alias.name) or "" for alias in node.names]
+        else:
+            base = ImportMap.resolve_from(node, self.ctx.package)
+            names = node.names if isinstance(node.names, Sequence) else ()
+            modules = [base] + [f"{base}.{dotted(alias.name)}" if base else (dotted(alias.name) or "") for alias in names]
+        for module in filter(None, modules):
+            if module.split(".")[0] == "torch":
+                return text
+            if self.ctx.project.imports_torch(module):
+                return f"{text}, which imports torch"
+        return None
+
+    def _initialises_cuda(self, call: cst.Call, qualified: Optional[str], state: FlowState) -> bool:
+        if qualified is not None:
+            if qualified in CUDA_INITIALISERS or qualified in DATA_PARALLEL:
+                return True
+            if qualified == "torch.device":
+                return False
+        if isinstance(call.func, cst.Attribute):
+            method = call.func.attr.value
+            if method == "cuda":
+                return True
+            if method == "to" and call.args and call.args[0].keyword is None:
+                if self._is_cuda_device(call.args[0].value, state, allow_index=True):
+                    return True
+        return any(
+            arg.keyword is not None and arg.keyword.value == "device" and self._is_cuda_device(arg.value, state)
+            for arg in call.args
+        )
+
+    def _is_cuda_device(self, node: cst.BaseExpression, state: FlowState, allow_index: bool = False) -> bool:
+        if isinstance(node, cst.SimpleString):
+            value = node.evaluated_value
+            return isinstance(value, str) and value.startswith("cuda")
+        if isinstance(node, cst.FormattedString):
+            head = node.parts[0] if node.parts else None
+            return isinstance(head, cst.FormattedStringText) and head.value.startswith("cuda")
+        if isinstance(node, cst.Integer):
+            return allow_index  # `.to(0)` means cuda:0
+        if isinstance(node, cst.Name):
+            return node.value in state.cuda_names
+        if isinstance(node, cst.Call) and self.ctx.qualify(node.func) == "torch.device" and node.args:
+            return self._is_cuda_device(node.args[0].value, state)
+        return False
+
+    def _is_variable_subscript(self, target: cst.BaseExpression) -> bool:
+        if not (isinstance(target, cst.Subscript) and self.ctx.qualify(target.value) == "os.environ"):
+            return False
+        index = target.slice[0].slice if len(target.slice) == 1 else None
+        return isinstance(index, cst.Index) and _is_variable_name(index.value)
+
+    @staticmethod
+    def _sets_variable(call: cst.Call, qualified: str) -> bool:
+        if qualified == "os.environ.update":
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value == VARIABLE:
+                    return True
+                if isinstance(arg.value, cst.Dict):
+                    if any(isinstance(e, cst.DictElement) and _is_variable_name(e.key) for e in arg.value.elements):
+                        return True
+            return False
+        return bool(call.args) and _is_variable_name(call.args[0].value)
+
+
+def _is_variable_name(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.SimpleString) and node.evaluated_value == VARIABLE
+
+
+def _header_expressions(statement: cst.CSTNode) -> List[cst.CSTNode]:
+    """The expressions a compound statement evaluates before entering its blocks."""
+    if isinstance(statement, (cst.If, cst.While)):
+        return [statement.test]
+    if isinstance(statement, cst.For):
+        return [statement.iter]
+    if isinstance(statement, cst.With):
+        return [item.item for item in statement.items]
+    if isinstance(statement, cst.Match):
+        return [statement.subject]
+    return []
+
+
+def _calls_in_evaluation_order(node: cst.CSTNode) -> Iterator[cst.Call]:
+    """Calls inside an expression, each after its arguments (lambda bodies never run here)."""
+    if isinstance(node, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+        return
+    for child in node.children:
+        yield from _calls_in_evaluation_order(child)
+    if isinstance(node, cst.Call):
+        yield node
+
+
+def _all_functions(body: Body) -> Iterator[cst.FunctionDef]:
+    for statement in body:
+        if isinstance(statement, cst.FunctionDef):
+            yield statement
+        if isinstance(statement, cst.BaseCompoundStatement):
+            for block in child_blocks(statement):
+                yield from _all_functions(block)
+
+
+def _analysis(ctx: FileContext) -> FlowAnalysis:
+    return ctx.memo("cuda-visible-devices-flow", lambda: FlowAnalysis(ctx).run())
+
+
+def _assignments(ctx: FileContext, code: str) -> Iterator[Assignment]:
+    return (found for found in _analysis(ctx).assignments.values() if found.code == code)
+
+
+TRIGGERS = re.compile(VARIABLE)
+
+
+class CudaVisibleDevicesAfterCudaInit(Rule):
+    """
+    ## What it does
+    Checks for writes to `CUDA_VISIBLE_DEVICES` (`os.environ[...] = ...`, `os.environ.update`,
+    `os.environ.setdefault`, `os.putenv`) that execute after something in the same program flow has
+    initialised CUDA: `torch.cuda.is_available()`, `set_device`, `current_device`,
+    `get_device_name/properties/capability`, `synchronize`, a `torch.cuda.device(...)` context,
+    `.cuda()`, `.to("cuda…")`, a tensor created with `device="cuda…"`, `nn.DataParallel(...)`, or
+    `torch.cuda.device_count()`.
+
+    Order is execution order: module-level statements in sequence, and a call to a function defined
+    in the same file (including `if __name__ == "__main__": main()`) runs that function's body at the
+    call. A CUDA call written earlier in the file inside a function that only runs later does not
+    count.
+
+    ## Why is this bad?
+    The CUDA driver reads `CUDA_VISIBLE_DEVICES` once, when CUDA initialises. A later assignment is
+    silently ignored: the process keeps seeing every GPU, so `cuda:0` may be a GPU another job is
+    using, and `DataParallel` spreads over GPUs you meant to leave alone.
+    `torch.cuda.device_count()` froze the value before torch 2.4 (pytorch#95073) and still does
+    wherever NVML is unavailable.
+
+    ## Example
+    ```python
+    import os
+    import torch
+
+    if torch.cuda.is_available():
+        os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"
+    ```
+
+    ## Use instead
+    ```python
+    import os
+
+    os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"
+
+    import torch
+    ```
+    or set it in the launching shell: `CUDA_VISIBLE_DEVICES=0,1 python train.py`.
+
+    ## Known problems
+    Only calls the file makes itself are followed: a CUDA call inside another module's function, or
+    a method called through an object, is not seen. Branches are assumed to run (an initialisation in
+    one branch of an `if` counts for what follows the `if`). Child processes read the variable
+    afresh, so setting it for a subprocess is fine but looks the same to this rule.
+    """
+
+    code = "DPL201"
+    name = "cuda-visible-devices-after-cuda-init"
+    summary = "`CUDA_VISIBLE_DEVICES` is set after CUDA was initialised, so it is silently ignored."
+    triggers = TRIGGERS
+
+    VALID = [
+        Valid(
+            """
+            import os
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"
+            import torch
+            print(torch.cuda.is_available())
+            """
+        ),
+        Valid(
+            """
+            import os
+            import torch
+
+            def report():
+                print(torch.cuda.device_count())
+
+            def main():
+                os.environ["CUDA_VISIBLE_DEVICES"] = "1"  # DPL202, but nothing initialised CUDA yet
+                report()
+
+            main()
+            """
+        ),
+        Valid(
+            """
+            import os
+            import torch
+            device = torch.device("cuda:0")  # a device object does not initialise CUDA
+            torch.cuda.manual_seed_all(0)
+            torch.backends.cudnn.benchmark = True
+            os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import os
+            import torch
+            use_cuda = torch.cuda.is_available()
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import os
+            import torch
+
+            def setup():
+                torch.cuda.set_device(0)
+
+            def main():
+                setup()
+                os.environ.update({"CUDA_VISIBLE_DEVICES": "2,3"})
+
+            if __name__ == "__main__":
+                main()
+            """,
+            line=9,
+        ),
+        Invalid(
+            """
+            import os
+            import torch
+            n = torch.cuda.device_count()
+            os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import os
+            import torch
+            device = torch.device("cuda")
+            x = torch.zeros(3).to(device)
+            os.putenv("CUDA_VISIBLE_DEVICES", "1")
+            """,
+            line=5,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        for assignment in _assignments(ctx, self.code):
+            cause = assignment.cause
+            frozen = (
+                " (`torch.cuda.device_count()` fixes the visible devices on torch < 2.4, and on any version "
+                "where NVML is unavailable)"
+                if cause.device_count
+                else ""
+            )
+            yield Report(
+                node=assignment.node,
+                message=(
+                    f"`{VARIABLE}` is set after {cause.describe()} initialised CUDA{frozen}; the driver reads "
+                    "the variable only once, at initialisation, so this assignment is silently ignored and the "
+                    "process keeps seeing every GPU. Set it before anything touches CUDA: at the top of the "
+                    "entry script, before `import torch`, or in the launching shell."
+                ),
+                help=f"Move this above {cause.text} (best: before `import torch`), or run `{VARIABLE}=0,1 python …`.",
+                statement=assignment.statement,
+            )
+
+
+class CudaVisibleDevicesAfterTorchImport(Rule):
+    """
+    ## What it does
+    Checks for writes to `CUDA_VISIBLE_DEVICES` that execute after `import torch` (or after importing
+    a project or third-party module that imports torch) but before anything on the executed path has
+    initialised CUDA.
+
+    ## Why is this bad?
+    It works today only because nothing has touched CUDA yet. The CUDA driver reads the variable once,
+    at initialisation; the day an import or call moves above the assignment, or a library starts
+    initialising CUDA when it is imported (several do), the assignment is silently ignored and the
+    job runs on GPUs it was meant to leave alone. See DPL201 for the broken state.
+
+    ## Example
+    ```python
+    import os
+    import torch
+
+    def main():
+        os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"
+        model = build_model().cuda()
+    ```
+
+    ## Use instead
+    ```python
+    import os
+
+    os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"  # before anything imports torch
+
+    import torch
+    ```
+    or set it in the launching shell: `CUDA_VISIBLE_DEVICES=0,1 python train.py`.
+
+    ## Known problems
+    Project modules count as importing torch when they import it (or a torch-based library) at module
+    level, directly or through other linted modules; a module outside the linted paths is known only
+    if it is a well-known torch-based library (torchvision, transformers, lightning, …).
+    """
+
+    code = "DPL202"
+    name = "cuda-visible-devices-after-torch-import"
+    summary = "`CUDA_VISIBLE_DEVICES` is set after torch was imported; it breaks once anything initialises CUDA first."
+    severity = "warning"
+    triggers = TRIGGERS
+
+    VALID = [
+        Valid(
+            """
+            import os
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+            import torch
+            """
+        ),
+        Valid(
+            """
+            import os
+            import numpy as np
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+            """
+        ),
+        Valid(
+            """
+            import os
+            import subprocess
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES="1")
+            subprocess.run(["python", "worker.py"], env=env)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import os
+            import torch
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import os
+            from torchvision import models
+
+            def main(args):
+                os.environ["CUDA_VISIBLE_DEVICES"] = args.gpus
+                model = models.resnet18()
+
+            if __name__ == "__main__":
+                main(parse_args())
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            import os
+            import torch.nn as nn
+            os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
+            """,
+            line=3,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        for assignment in _assignments(ctx, self.code):
+            cause = assignment.cause
+            yield Report(
+                node=assignment.node,
+                message=(
+                    f"`{VARIABLE}` is set after {cause.describe()}; it takes effect only while nothing has "
+                    "initialised CUDA, and is silently ignored as soon as an import or call before it does "
+                    "(some libraries initialise CUDA when imported). Set it before importing torch, or in "
+                    "the launching shell."
+                ),
+                help=f"Move this above {cause.text}, or run `{VARIABLE}=0,1 python …`.",
+                statement=assignment.statement,
+            )

@@ -1,0 +1,250 @@
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from dplint.context import FileContext
+from dplint.inference import Inference, Kind, Scope
+from dplint.names import dotted
+from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
+
+MOVES = frozenset({"to", "cuda", "cpu"})
+
+
+class DiscardedTensorMove(Rule):
+    """
+    ## What it does
+    Checks for expression statements that call `.to(...)`, `.cuda(...)` or `.cpu()` on a tensor and
+    throw the result away, also at the end of a chain such as `loss.detach().cpu()`.
+
+    ## Why is this bad?
+    `Tensor.to` returns a moved *copy*; the tensor it is called on stays where it was. (`nn.Module.to`
+    is different: it moves the module in place and returns it, so `model.to(device)` is correct.) The
+    code after a discarded move keeps using the tensor on its old device: on a GPU run it fails with a
+    device-mismatch error at best, and at worst keeps silently computing on the CPU or on GPU 0 while
+    the other GPUs wait.
+
+    ## Example
+    ```python
+    for data, target in loader:
+        data.to(device)
+        target.to(device)
+        output = model(data)
+    ```
+
+    ## Use instead
+    ```python
+    for data, target in loader:
+        data = data.to(device)
+        target = target.to(device)
+        output = model(data)
+    ```
+
+    ## Fix safety
+    The fix assigns the result back (`x = x.to(device)`) for a local name or a `self.<attr>` that is
+    not an `nn.Parameter` (assigning a plain tensor to a parameter's name raises). It is offered as safe.
+
+    ## Known problems
+    The rule reports only values it can show are tensors: results of tensor factories and
+    `torch.nn.functional`, `nn.Parameter`, registered buffers and tensor attributes set in the class,
+    arguments annotated `torch.Tensor`, arithmetic and tensor methods on tensors, elements of a loop
+    over a `torch.utils.data.DataLoader` built without `collate_fn` (a `**kwargs` argument is assumed
+    not to carry one) or over a tensor, and parameters whose every caller in the same file passes a
+    tensor. Everything else is unknown and stays silent: objects whose `.to()` works in place (PyG's
+    `Data`, Hugging Face's `BatchEncoding`, any `nn.Module`) must never be reported, so a value the
+    rule cannot trace to a tensor is given the benefit of the doubt.
+    """
+
+    code = "DPL101"
+    name = "discarded-tensor-move"
+    summary = "The result of `tensor.to()`, `.cuda()` or `.cpu()` is discarded, so the tensor never moves."
+    # A statement that starts a line with a name, attributes, calls or subscripts and ends in a move.
+    triggers = re.compile(r"^[ \t]*[A-Za-z_][\w.]*(?:(?:\([^()\n]*\)|\[[^\]\n]*\])[\w.]*)*\.(?:to|cuda|cpu)\(", re.M)
+
+    VALID = [
+        Valid(
+            """
+            import torch.nn as nn
+            model = nn.Linear(5, 2)
+            model.to("cuda")
+            """
+        ),
+        Valid(
+            """
+            import torch
+            x = torch.zeros(3)
+            x = x.to("cuda")
+            y = x.cpu()
+            """
+        ),
+        Valid(
+            """
+            def move(batch, device):
+                batch.to(device)  # a PyG Data or BatchEncoding moves in place: unknown, not a tensor
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(dataset, collate_fn=collate_graphs)
+            for graph in loader:
+                graph.to("cuda")
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 4)
+
+                def setup(self, device):
+                    self.to(device)
+                    self.fc.to(device)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            x = torch.zeros(3) if cond else Data()
+            x.to("cuda")
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            x = torch.randn(8, 3)
+            x.to("cuda")
+            """,
+            line=3,
+            expected_fix="""
+            import torch
+            x = torch.randn(8, 3)
+            x = x.to("cuda")
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(dataset, batch_size=30, shuffle=True)
+            for batch_idx, (data, target) in enumerate(loader):
+                data.to(device)  # keep this comment
+                output = model(data)
+            """,
+            line=6,
+            expected_fix="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(dataset, batch_size=30, shuffle=True)
+            for batch_idx, (data, target) in enumerate(loader):
+                data = data.to(device)  # keep this comment
+                output = model(data)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.register_buffer("mask", torch.ones(4))
+
+                def forward(self, x):
+                    self.mask.cuda()
+                    return x * self.mask
+            """,
+            line=10,
+        ),
+        Invalid(
+            """
+            import torch
+            def log_loss(loss: torch.Tensor):
+                loss.detach().cpu()
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def train(model, loader, device):
+                for inputs, labels in loader:
+                    inputs.cuda()
+                    model(inputs)
+
+            def main():
+                loader = DataLoader(dataset, batch_size=64)
+                train(model, loader, "cuda")
+            """,
+            line=6,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        inference: Inference = ctx.memo("inference", lambda: Inference(ctx))
+        for line, scope in inference.statements:
+            for small in line.body:
+                call = small.value if isinstance(small, cst.Expr) else None
+                if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
+                    continue
+                if call.func.attr.value not in MOVES:
+                    continue
+                receiver = call.func.value
+                if inference.kind(receiver, scope) is not Kind.TENSOR:
+                    continue
+                yield self._report(ctx, small, call, receiver, scope)
+
+    @staticmethod
+    def _report(ctx: FileContext, statement: cst.Expr, call: cst.Call, receiver: cst.BaseExpression, scope: Scope) -> Report:
+        move = ctx.short_code(call)
+        target = _assignable(receiver, scope)
+        if target is None:
+            return Report(
+                node=call,
+                message=(
+                    f"`{move}` returns a moved copy of the tensor and this statement throws it away, so it has "
+                    "no effect and the tensor stays on its old device; assign the result to a variable and "
+                    "use that variable, or delete the statement."
+                ),
+                help="Assign the result to a variable and use it, or delete the statement.",
+                statement=statement,
+            )
+        assignment = f"{target} = {move}"
+        return Report(
+            node=call,
+            message=(
+                f"`{move}` returns a moved copy and the copy is discarded, so `{target}` stays on its old "
+                "device and the code after it mixes devices (an error at best, silently CPU-bound or "
+                f"stuck on one GPU at worst); write `{assignment}`."
+            ),
+            help=f"Assign the result: `{assignment}`.",
+            fix=FixSpec(message=f"Assign the result to `{target}`", edits=(NodeEdit(statement, f"{target} = ", insert_before=True),)),
+            statement=statement,
+        )
+
+
+def _assignable(receiver: cst.BaseExpression, scope: Scope) -> str | None:
+    """The receiver's text when assigning the moved copy back to it is safe."""
+    if isinstance(receiver, cst.Name):
+        # Assigning a global inside a function would make it local (UnboundLocalError).
+        local = scope.parent is None or receiver.value in scope.bindings
+        return receiver.value if local else None
+    if isinstance(receiver, cst.Attribute) and isinstance(receiver.value, cst.Name):
+        is_self = scope.self_name is not None and receiver.value.value == scope.self_name
+        if is_self and not Inference.self_attribute_is_parameter(receiver.attr.value, scope):
+            return dotted(receiver)
+    return None

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from dplint.rule import Invalid, Rule, Valid
+
+
+class ParseError(Rule):
+    """
+    ## What it does
+    Reports a file dplint could not analyse: a syntax error (with its line), bytes that are not valid
+    in the file's encoding, a binary file, a file too large or too deeply nested to parse, or a path
+    that cannot be read. The run goes on with the other files and exits with status 1.
+
+    ## Why is this bad?
+    A file that cannot be parsed cannot be checked: any pitfall in it goes unreported.
+
+    ## Example
+    ```python
+    def train(model, loader:
+        ...
+    ```
+
+    ## Use instead
+    Fix the syntax error, re-save the file as UTF-8, or exclude the file (`extend-exclude` in
+    `[tool.dplint]`) when it is not Python source.
+
+    ## Known problems
+    For speed, dplint parses only files whose text can contain a finding (a cheap text prefilter runs
+    first), so a syntax error in a file that mentions none of the rules' trigger words is not reported;
+    use a general linter (Ruff, pyflakes) for syntax checks. This code cannot be selected or ignored.
+    """
+
+    code = "DPL000"
+    name = "parse-error"
+    summary = "The file could not be read or parsed, so it was not checked."
+
+    VALID = [
+        Valid("x = torch.zeros(3)\nx = x.to('cuda')\n"),
+        Valid("import os\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\n"),
+        Valid("match point:\n    case (x, y):\n        x.to(y)\n"),
+    ]
+    INVALID = [
+        Invalid("def train(model, loader:\n    data.to(device)\n", line=1),
+        Invalid("x.to(device\n", line=1),
+        Invalid("import os\nos.environ['CUDA_VISIBLE_DEVICES'] = (\n", line=2),
+    ]
