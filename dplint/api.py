@@ -101,8 +101,8 @@ def lint_source(
     """Lint one piece of code as if it were the file `path` (project facts come from it alone)."""
     settings = settings or default_settings(select)
     name = Path(path).stem
-    file = SourceFile(filename=str(Path(path).absolute()), path=path, module_name=name)
-    facts = collect_file_facts(source, name, path)
+    file = SourceFile(filename=str(Path(path).absolute()), path=path, module_name=name, package="")
+    facts = collect_file_facts(source, name, "", path)
     result = check_file(file, source, settings, ProjectFacts.build([facts]), facts)
     if result.internal_errors:
         error = result.internal_errors[0]

@@ -105,15 +105,15 @@ def overrides(args: argparse.Namespace) -> Dict[str, object]:
 
 def lint_stdin(name: str, settings: Settings):
     from dplint.engine import SourceFile, Unreadable, check_file, decode, parse_error_finding
-    from dplint.facts import ProjectFacts, collect_file_facts, module_name_for
+    from dplint.facts import ProjectFacts, collect_file_facts, module_identity
 
     path = Path(name)
-    source = SourceFile(str(path.absolute()), name, module_name_for(path.absolute()))
+    source = SourceFile(str(path.absolute()), name, *module_identity(path.absolute()))
     try:
         text = decode(sys.stdin.buffer.read())
     except Unreadable as error:
         return [parse_error_finding(source, error)], [], {}
-    facts = collect_file_facts(text, source.module_name, name)
+    facts = collect_file_facts(text, source.module_name, source.package, name)
     result = check_file(source, text, settings, ProjectFacts.build([facts]), facts)
     return sorted(result.findings, key=Finding.sort_key), list(result.internal_errors), {source.filename: text}
 

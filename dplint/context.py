@@ -14,19 +14,15 @@ T = TypeVar("T")
 
 
 class FileContext:
-    def __init__(self, *, path: str, source: str, module: cst.Module, project: ProjectFacts, module_name: str) -> None:
+    def __init__(self, *, path: str, source: str, module: cst.Module, project: ProjectFacts, package: str) -> None:
         self.path = path
         self.source = source
         self.module = module
         self.project = project
-        self.module_name = module_name
+        self.package = package
         self._imports: Optional[ImportMap] = None
         self._positions: Optional[Any] = None
         self._memo: Dict[str, Any] = {}
-
-    @property
-    def package(self) -> str:
-        return self.module_name.rpartition(".")[0]
 
     @property
     def imports(self) -> ImportMap:

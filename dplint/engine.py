@@ -12,6 +12,7 @@ import hashlib
 import io
 import multiprocessing
 import os
+import re
 import sys
 import tokenize
 import traceback
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from dplint.config import Settings
-from dplint.facts import FileFacts, ProjectFacts, collect_file_facts, module_name_for
+from dplint.facts import FileFacts, ProjectFacts, collect_file_facts, module_identity
 from dplint.finding import Edit, Finding, Fix, Location
 from dplint.rule import Report, Rule
 from dplint.rules import CHECKS, ParseError
@@ -54,10 +55,14 @@ class SourceFile:
     filename: str  # absolute
     path: str  # shown to the user
     module_name: str
+    package: str  # where relative imports start
 
 
 class Unreadable(Exception):
     """The file's bytes are not source text; the message says why."""
+
+
+_CODING_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.M)
 
 
 def decode(data: bytes) -> str:
@@ -65,13 +70,14 @@ def decode(data: bytes) -> str:
         raise Unreadable("binary file (it contains NUL bytes); not Python source")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as error:
+        if _CODING_COOKIE.search(b"\n".join(data.splitlines()[:2])):
+            raise Unreadable(f"cannot decode: {error.msg}") from None
+        encoding = "utf-8"  # undecodable bytes in the first lines: let the decoder say where
+    try:
         return data.decode(encoding)
-    except SyntaxError as error:  # an unknown coding cookie
-        raise Unreadable(f"cannot decode: {error.msg}") from None
-    except (UnicodeDecodeError, LookupError) as error:
-        reason = error.reason if isinstance(error, UnicodeDecodeError) else str(error)
-        where = f" at byte {error.start}" if isinstance(error, UnicodeDecodeError) else ""
-        raise Unreadable(f"cannot decode as {encoding}{where}: {reason}; save the file as UTF-8") from None
+    except UnicodeDecodeError as error:
+        raise Unreadable(f"cannot decode as {encoding} at byte {error.start}: {error.reason}; save the file as UTF-8") from None
 
 
 def read_bytes(filename: str) -> bytes:
@@ -152,7 +158,7 @@ def scan(source: SourceFile) -> Tuple[Optional[FileFacts], str]:
         text = decode(data)
     except Unreadable:
         return None, content_hash(data)
-    return collect_file_facts(text, source.module_name, source.path), content_hash(data)
+    return collect_file_facts(text, source.module_name, source.package, source.path), content_hash(data)
 
 
 def check_file(source: SourceFile, text: Optional[str], settings: Settings, project: ProjectFacts, facts: Optional[FileFacts]) -> FileResult:
@@ -178,7 +184,7 @@ def check_file(source: SourceFile, text: Optional[str], settings: Settings, proj
 def run_rules(source: SourceFile, text: str, module, rules: Sequence[Rule], project: ProjectFacts) -> FileResult:
     from dplint.context import FileContext
 
-    ctx = FileContext(path=source.path, source=text, module=module, project=project, module_name=source.module_name)
+    ctx = FileContext(path=source.path, source=text, module=module, project=project, package=source.package)
     suppressions = Suppressions(text)
     findings: List[Finding] = []
     errors: List[InternalError] = []
@@ -259,7 +265,7 @@ def display_path(path: Path) -> str:
 
 def source_file(path: Path, shown: Optional[str] = None) -> SourceFile:
     absolute = path.resolve() if path.exists() else path.absolute()
-    return SourceFile(str(absolute), shown or display_path(path), module_name_for(absolute))
+    return SourceFile(str(absolute), shown or display_path(path), *module_identity(absolute))
 
 
 def relocated(finding: Finding, shown: str) -> Finding:

@@ -78,27 +78,29 @@ def _is_package(directory: Path) -> bool:
     return (directory / "__init__.py").is_file()
 
 
-def module_name_for(path: Path) -> str:
-    """The dotted module name of a file, walking up while the parent folders are packages."""
-    parts = [] if path.stem == "__init__" else [path.stem]
+def module_identity(path: Path) -> Tuple[str, str]:
+    """The dotted module name of a file, and the package its relative imports start from."""
+    is_package = path.stem == "__init__"
+    parts = [] if is_package else [path.stem]
     directory = path.parent
     while _is_package(directory):
         parts.insert(0, directory.name)
         if directory.parent == directory:
             break
         directory = directory.parent
-    return ".".join(parts) or path.stem
+    name = ".".join(parts) or path.stem
+    return name, name if is_package else name.rpartition(".")[0]
 
 
-def _absolute(module_name: str, dots: str, module: str) -> str:
+def _absolute(package: str, dots: str, module: str) -> str:
     if not dots:
         return module
-    package = module_name.split(".")[:-1]
-    package = package[: len(package) - (len(dots) - 1)] if len(dots) > 1 else package
-    return ".".join([*package, module] if module else package)
+    parts = package.split(".") if package else []
+    parts = parts[: len(parts) - (len(dots) - 1)] if len(dots) > 1 else parts
+    return ".".join([*parts, module] if module else parts)
 
 
-def scan_imports(text: str, module_name: str) -> Tuple[str, ...]:
+def scan_imports(text: str, package: str) -> Tuple[str, ...]:
     """Modules imported by unindented (module-level) import statements."""
     found: List[str] = []
     for match in _IMPORT_LINE.finditer(text):
@@ -108,7 +110,7 @@ def scan_imports(text: str, module_name: str) -> Tuple[str, ...]:
                 if words:
                     found.append(words[0])
             continue
-        base = _absolute(module_name, match.group("dots"), match.group("module"))
+        base = _absolute(package, match.group("dots"), match.group("module"))
         if base:
             found.append(base)
         if match.group("dots") or not match.group("module"):
@@ -120,8 +122,8 @@ def scan_imports(text: str, module_name: str) -> Tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def collect_file_facts(text: str, module_name: str, path: str) -> FileFacts:
-    imports = scan_imports(text, module_name)
+def collect_file_facts(text: str, module_name: str, package: str, path: str) -> FileFacts:
+    imports = scan_imports(text, package)
     if "DataParallel" not in text and "def forward" not in text:
         return FileFacts(module_name, imports)
     try:

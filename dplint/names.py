@@ -37,6 +37,10 @@ def iter_small_statements(body: Body, *, into_functions: bool = True) -> Iterato
 
 def child_blocks(statement: cst.BaseCompoundStatement) -> Iterator[Body]:
     """The statement lists directly inside a compound statement (bodies, else/except/finally)."""
+    if isinstance(statement, cst.Match):
+        for case in statement.cases:
+            yield block_body(case.body)
+        return
     yield block_body(statement.body)
     if isinstance(statement, cst.Try) or isinstance(statement, getattr(cst, "TryStar", ())):
         for handler in statement.handlers:
@@ -48,9 +52,6 @@ def child_blocks(statement: cst.BaseCompoundStatement) -> Iterator[Body]:
     final = getattr(statement, "finalbody", None)
     if final is not None:
         yield block_body(final.body)
-    if isinstance(statement, cst.Match):
-        for case in statement.cases:
-            yield block_body(case.body)
 
 
 def block_body(suite: cst.BaseSuite) -> Body:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.facts import ProjectFacts, Wrap
-from dplint.inference import Inference, Kind
+from dplint.inference import Binding, Inference, Kind, Scope
 from dplint.names import Body, block_body, dotted
 from dplint.rule import Invalid, Report, Rule, Valid
 
@@ -206,25 +206,36 @@ class ForwardLayouts:
 
     def _submodule_call(self, attribute: str, call: cst.Call, env: Dict[str, Value]) -> Value:
         """`self.rnn(x)`: a submodule keeps its input's layout (an RNN returns it inside a tuple)."""
-        if not call.args or self.model is None:
+        bindings = self._attribute_bindings(attribute)
+        if not call.args or not bindings:
             return None
-        bindings = self.model.attributes.get(attribute, [])
-        values = [binding.value for binding, _ in bindings]
-        if not values or not all(isinstance(v, cst.Call) and self._builds_module(v) for v in values):
+        if not all(binding.value is not None and self._builds_module(binding.value, scope) for binding, scope in bindings):
             return None
         first = self._eval(call.args[0].value, env)
         if not isinstance(first, Layout):
             return None
-        if all(self.ctx.qualify(v.func) in RNN_MODULES for v in values):  # type: ignore[union-attr]
+        if all(isinstance(b.value, cst.Call) and self.ctx.qualify(b.value.func) in RNN_MODULES for b, _ in bindings):
             return (first, None)
         return first
 
-    def _builds_module(self, call: cst.Call) -> bool:
-        qualified = self.ctx.qualify(call.func)
-        if qualified is not None:
-            return self.inference.kind(call, self.inference.module_scope) is Kind.MODULE
-        name = dotted(call.func)
-        return name is not None and name.rpartition(".")[2][:1].isupper()
+    def _attribute_bindings(self, attribute: str) -> List[Tuple[Binding, Scope]]:
+        """Where `self.<attribute>` is bound: in the class or in its base classes of the same file."""
+        pending, seen, found = [self.model], set(), []
+        while pending:
+            model = pending.pop()
+            if model is None or id(model) in seen:
+                continue
+            seen.add(id(model))
+            found.extend(model.attributes.get(attribute, []))
+            pending.extend(self.inference.classes.get(dotted(base.value) or "") for base in model.node.bases)
+        return found
+
+    def _builds_module(self, value: cst.BaseExpression, scope: Scope) -> bool:
+        if self.inference.kind(value, scope) is Kind.MODULE:
+            return True
+        # An instance of a class the file cannot see (`Encoder(...)` imported from elsewhere).
+        name = dotted(value.func) if isinstance(value, cst.Call) else None
+        return name is not None and self.ctx.qualify(value.func) is None and name.rpartition(".")[2][:1].isupper()  # type: ignore[union-attr]
 
     def _is_self(self, node: cst.BaseExpression) -> bool:
         params = self.function.params.params

@@ -30,10 +30,14 @@ class Event:
 
     text: str
     line: int
+    function: Optional[str] = None  # the function of this file it happened in
     device_count: bool = False
+    imports_torch_indirectly: bool = False
 
     def describe(self) -> str:
-        return f"{self.text} on line {self.line}"
+        inside = f" (in `{self.function}()`)" if self.function else ""
+        indirect = ", which imports torch" if self.imports_torch_indirectly else ""
+        return f"{self.text} on line {self.line}{inside}{indirect}"
 
 
 @dataclass(frozen=True)
@@ -113,9 +117,8 @@ class FlowAnalysis:
 
     def _small(self, small: cst.BaseSmallStatement, state: FlowState) -> FlowState:
         if isinstance(small, (cst.Import, cst.ImportFrom)):
-            imported = self._torch_import(small)
-            if imported and state.torch_import is None:
-                state = replace(state, torch_import=Event(imported, self.ctx.line(small)))
+            if state.torch_import is None:
+                state = replace(state, torch_import=self._torch_import(small))
             return state
         if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
             value = small.value
@@ -147,10 +150,9 @@ class FlowAnalysis:
             self._record(call, statement, state)
             return state
         if state.cuda_init is None and self._initialises_cuda(call, qualified, state):
-            text = f"`{self.ctx.short_code(call)}`"
-            if self.running:
-                text += f" (in `{self.running[-1].name.value}()`)"
-            return replace(state, cuda_init=Event(text, self.ctx.line(call), qualified == DEVICE_COUNT))
+            function = self.running[-1].name.value if self.running else None
+            event = Event(f"`{self.ctx.short_code(call)}`", self.ctx.line(call), function, qualified == DEVICE_COUNT)
+            return replace(state, cuda_init=event)
         if isinstance(call.func, cst.Name):
             function = self.functions.get(call.func.value)
             if function is not None and function not in self.running:
@@ -171,8 +173,8 @@ class FlowAnalysis:
 
     # ----- what the code does ---------------------------------------------------------------------
 
-    def _torch_import(self, node: cst.CSTNode) -> Optional[str]:
-        text = f"`{self.ctx.short_code(node)}`"
+    def _torch_import(self, node: cst.Import | cst.ImportFrom) -> Optional[Event]:
+        """The import as an event when it imports torch, directly or through another module."""
         if isinstance(node, cst.Import):
             modules = [dotted(alias.name) or "" for alias in node.names]
         else:
@@ -180,10 +182,10 @@ class FlowAnalysis:
             names = node.names if isinstance(node.names, Sequence) else ()
             modules = [base] + [f"{base}.{dotted(alias.name)}" if base else (dotted(alias.name) or "") for alias in names]
         for module in filter(None, modules):
-            if module.split(".")[0] == "torch":
-                return text
             if self.ctx.project.imports_torch(module):
-                return f"{text}, which imports torch"
+                function = self.running[-1].name.value if self.running else None
+                indirect = module.split(".")[0] != "torch"
+                return Event(f"`{self.ctx.short_code(node)}`", self.ctx.line(node), function, imports_torch_indirectly=indirect)
         return None
 
     def _initialises_cuda(self, call: cst.Call, qualified: Optional[str], state: FlowState) -> bool:

@@ -1,0 +1,148 @@
+"""The engine through its Python API: project facts across files, caching, parallel runs, packaging."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from dplint import lint_paths, lint_source
+from dplint.config import resolve_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CRNN = """
+import torch.nn as nn
+
+class CRNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(64, 32)
+
+    def forward(self, images):
+        features = images.squeeze(2).permute(2, 0, 1)
+        output, _ = self.rnn(features)
+        return output
+"""
+TRAIN = """
+import torch.nn as nn
+from models.crnn import CRNN
+
+model = nn.DataParallel(CRNN(){dim})
+"""
+
+
+def write(root: Path, relative: str, text: str) -> Path:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def lint(root: Path, **kwargs):
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        return lint_paths(["."], resolve_settings(root, {}), **kwargs)
+    finally:
+        os.chdir(cwd)
+
+
+def codes(result):
+    return [(f.path, f.location.row, f.code) for f in result.findings]
+
+
+def test_wrap_in_one_file_makes_the_forward_of_another_file_a_finding(tmp_path):
+    write(tmp_path, "models/__init__.py", "")
+    write(tmp_path, "models/crnn.py", CRNN)
+    write(tmp_path, "train.py", TRAIN.format(dim=""))
+    assert codes(lint(tmp_path, cache=False)) == [(os.path.join("models", "crnn.py"), 10, "DPL301")]
+    write(tmp_path, "train.py", TRAIN.format(dim=", dim=1"))
+    assert codes(lint(tmp_path, cache=False)) == []
+
+
+def test_cache_reuses_results_and_is_invalidated_by_project_facts(tmp_path):
+    write(tmp_path, "models/__init__.py", "")
+    write(tmp_path, "models/crnn.py", CRNN)
+    train = write(tmp_path, "train.py", TRAIN.format(dim=""))
+    first = lint(tmp_path)
+    assert first.parsed == 3 and len(first.findings) == 1
+    second = lint(tmp_path)
+    assert second.parsed == 0 and codes(second) == codes(first)
+    assert (tmp_path / ".dplint_cache" / ".gitignore").read_text().strip().endswith("*")
+
+    # Editing train.py changes which classes are wrapped: crnn.py must be re-checked, not served stale.
+    train.write_text(textwrap.dedent(TRAIN.format(dim=", dim=1")))
+    os.utime(train, ns=(1, 1))
+    third = lint(tmp_path)
+    assert third.parsed == 3 and codes(third) == []
+
+
+def test_cache_rechecks_only_a_changed_file(tmp_path):
+    for index in range(5):
+        write(tmp_path, f"m{index}.py", "import torch\nx = torch.zeros(3)\nx.cpu()\n")
+    lint(tmp_path)
+    changed = write(tmp_path, "m3.py", "import torch\nx = torch.zeros(3)\nx = x.cpu()\n")
+    os.utime(changed, ns=(2, 2))
+    result = lint(tmp_path)
+    assert result.parsed == 1
+    assert [f.path for f in result.findings] == ["m0.py", "m1.py", "m2.py", "m4.py"]
+
+
+def test_parallel_run_gives_the_serial_findings(tmp_path):
+    for index in range(60):
+        body = "import torch\nx = torch.zeros(3)\n" + ("x.cuda()\n" if index % 3 == 0 else "x = x.cuda()\n")
+        write(tmp_path, f"pkg{index % 4}/mod{index}.py", body)
+    serial = lint(tmp_path, jobs=1, cache=False)
+    parallel = lint(tmp_path, jobs=2, cache=False)
+    assert len(serial.findings) == 20
+    assert codes(parallel) == codes(serial)
+
+
+def test_project_module_that_imports_torch_counts_as_a_torch_import(tmp_path):
+    write(tmp_path, "pkg/__init__.py", "from .layers import Block\n")
+    write(tmp_path, "pkg/layers.py", "import torch.nn as nn\nBlock = nn.Linear\n")
+    write(tmp_path, "main.py", "import os\nimport pkg\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\n")
+    write(tmp_path, "other.py", "import os\nimport json\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\n")
+    [finding] = lint(tmp_path, cache=False).findings
+    assert (finding.path, finding.code) == ("main.py", "DPL202")
+    assert "`import pkg` on line 2, which imports torch" in finding.message
+
+
+def test_lint_source_api():
+    [finding] = lint_source("import torch\nt = torch.ones(2)\nt.cuda()\n", "snippet.py")
+    assert finding.code == "DPL101" and finding.path == "snippet.py"
+    assert lint_source("import torch\nt = torch.ones(2)\nt.cuda()\n", select=["DPL301"]) == []
+
+
+def test_static_linter_never_imports_torch(tmp_path):
+    write(tmp_path, "a.py", "import torch\nx = torch.zeros(3)\nx.cpu()\n")
+    probe = "import sys, dplint.cli; code = dplint.cli.main(['--no-cache', 'a.py']); assert 'torch' not in sys.modules; sys.exit(code)"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 1, result.stderr
+
+
+def test_wheel_installs_rules_as_a_subpackage_only(tmp_path):
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+    )
+    if build.returncode != 0:
+        pytest.skip(f"cannot build a wheel here: {build.stderr.strip().splitlines()[-1:]}")
+    [wheel] = tmp_path.glob("dplint-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert top_level == {"dplint"}
+    assert "dplint/rules/__init__.py" in names and "dplint/rules/batch_dim_moved.py" in names
+
+
+def test_installed_package_resolves_rules_from_anywhere(tmp_path):
+    probe = "import importlib.util, dplint.rules; print(importlib.util.find_spec('rules')); print(len(dplint.rules.ALL_RULES))"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert result.stdout.split() == ["None", "5"], result.stderr
