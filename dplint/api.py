@@ -62,7 +62,8 @@ def lint_paths(paths: Sequence[os.PathLike], settings: Optional[Settings] = None
     for source, (facts, digest) in zip(to_scan, run_parallel(scan, to_scan, jobs, settings, None)):
         stamp = stamps[source.filename]
         if digest and stamp is not None:
-            store.scanned[source.filename] = scanned[source.filename] = Scanned(stamp, digest, facts)
+            scanned[source.filename] = Scanned(stamp, digest, facts)
+            store.store_scan(source.filename, scanned[source.filename])
     project = ProjectFacts.build([entry.facts for entry in scanned.values() if entry.facts is not None])
 
     cached: List[Tuple[SourceFile, FileResult]] = []
@@ -78,7 +79,7 @@ def lint_paths(paths: Sequence[os.PathLike], settings: Optional[Settings] = None
     for (source, _), file_result in zip(to_check, checked):
         entry = scanned.get(source.filename)
         if entry is not None and not file_result.internal_errors:
-            store.checked[source.filename] = Checked(entry.content_hash, project.digest, file_result)
+            store.store_check(source.filename, Checked(entry.content_hash, project.digest, file_result))
     store.save()
 
     result.parsed = len(to_check)

@@ -55,6 +55,7 @@ class Cache:
     path: Optional[Path]  # None: caching is off
     scanned: Dict[str, Scanned] = field(default_factory=dict)
     checked: Dict[str, Checked] = field(default_factory=dict)
+    dirty: bool = False  # whether this run added anything worth writing back
 
     @classmethod
     def open(cls, root: Path, settings_digest: str, enabled: bool) -> "Cache":
@@ -81,8 +82,16 @@ class Cache:
             return None
         return entry.result
 
+    def store_scan(self, filename: str, entry: Scanned) -> None:
+        self.scanned[filename] = entry
+        self.dirty = True
+
+    def store_check(self, filename: str, entry: Checked) -> None:
+        self.checked[filename] = entry
+        self.dirty = True
+
     def save(self) -> None:
-        if self.path is None:
+        if self.path is None or not self.dirty:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import re
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -61,7 +63,18 @@ class Settings:
             return PurePosixPath(path.as_posix())
 
     def is_excluded(self, relative: PurePosixPath) -> bool:
-        return any(_matches(relative, pattern) for pattern in self.exclude)
+        names, paths = _exclusion_patterns(self.exclude)
+        return bool(names.match(relative.name) or (paths and paths.match(relative.as_posix())))
+
+
+@lru_cache(maxsize=8)
+def _exclusion_patterns(patterns: Tuple[str, ...]) -> Tuple["re.Pattern[str]", Optional["re.Pattern[str]"]]:
+    """One regex for the patterns that name a file or folder, one for those that name a path."""
+    names = [fnmatch.translate(p.rstrip("/")) for p in patterns if "/" not in p.rstrip("/")]
+    paths = [fnmatch.translate(p.rstrip("/")) for p in patterns if "/" in p.rstrip("/")]
+    paths += [fnmatch.translate(p.rstrip("/") + "/*") for p in patterns if "/" in p.rstrip("/")]
+    name_regex = re.compile("|".join(names) or "(?!)")
+    return name_regex, re.compile("|".join(paths)) if paths else None
 
 
 def _matches(relative: PurePosixPath, pattern: str) -> bool:

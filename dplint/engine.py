@@ -263,9 +263,9 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def source_file(path: Path, shown: Optional[str] = None) -> SourceFile:
-    absolute = path.resolve() if path.exists() else path.absolute()
-    return SourceFile(str(absolute), shown or display_path(path), *module_identity(absolute))
+def source_file(path: Path) -> SourceFile:
+    absolute = Path(os.path.abspath(path))
+    return SourceFile(str(absolute), display_path(path), *module_identity(absolute))
 
 
 def relocated(finding: Finding, shown: str) -> Finding:

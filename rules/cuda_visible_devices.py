@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Dict, Iterator, List, Optional, Sequence, Set
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from dplint.context import FileContext
 from dplint.facts import DATA_PARALLEL
-from dplint.names import Body, ImportMap, block_body, child_blocks, dotted
+from dplint.names import Body, ImportMap, block_body, child_blocks, dotted, iter_small_statements
 from dplint.rule import Invalid, Report, Rule, Valid
 
 VARIABLE = "CUDA_VISIBLE_DEVICES"
@@ -29,15 +29,15 @@ class Event:
     """Something that happened on the executed path: torch imported, or CUDA initialised."""
 
     text: str
-    line: int
+    node: cst.CSTNode  # its line is looked up only when a finding names it: positions are costly
     function: Optional[str] = None  # the function of this file it happened in
     device_count: bool = False
     imports_torch_indirectly: bool = False
 
-    def describe(self) -> str:
+    def describe(self, ctx: FileContext) -> str:
         inside = f" (in `{self.function}()`)" if self.function else ""
         indirect = ", which imports torch" if self.imports_torch_indirectly else ""
-        return f"{self.text} on line {self.line}{inside}{indirect}"
+        return f"{self.text} on line {ctx.line(self.node)}{inside}{indirect}"
 
 
 @dataclass(frozen=True)
@@ -72,9 +72,14 @@ class FlowAnalysis:
     functions: Dict[str, cst.FunctionDef] = field(default_factory=dict)
     executed: Set[cst.FunctionDef] = field(default_factory=set)
     running: List[cst.FunctionDef] = field(default_factory=list)
+    # A function's effect depends only on the state it is entered with: run each pair once.
+    effects: Dict[Tuple[cst.FunctionDef, FlowState], FlowState] = field(default_factory=dict)
+    calls: Dict[cst.CSTNode, List[cst.Call]] = field(default_factory=dict)
 
     def run(self) -> "FlowAnalysis":
         module = self.ctx.module
+        if not any(self._writes_variable(small) for small in iter_small_statements(module.body)):
+            return self
         for statement in module.body:
             if isinstance(statement, cst.FunctionDef):
                 self.functions[statement.name.value] = statement
@@ -88,11 +93,14 @@ class FlowAnalysis:
         return self
 
     def _run_function(self, function: cst.FunctionDef, state: FlowState) -> FlowState:
-        self.running.append(function)
-        try:
-            return self._block(block_body(function.body), state)
-        finally:
-            self.running.pop()
+        key = (function, state)
+        if key not in self.effects:
+            self.running.append(function)
+            try:
+                self.effects[key] = self._block(block_body(function.body), state)
+            finally:
+                self.running.pop()
+        return self.effects[key]
 
     def _block(self, body: Body, state: FlowState) -> FlowState:
         for statement in body:
@@ -140,7 +148,9 @@ class FlowAnalysis:
 
     def _expressions(self, nodes: Sequence[cst.CSTNode], statement: cst.CSTNode, state: FlowState) -> FlowState:
         for node in nodes:
-            for call in _calls_in_evaluation_order(node):
+            if node not in self.calls:
+                self.calls[node] = list(_calls_in_evaluation_order(node))
+            for call in self.calls[node]:
                 state = self._call(call, statement, state)
         return state
 
@@ -151,7 +161,7 @@ class FlowAnalysis:
             return state
         if state.cuda_init is None and self._initialises_cuda(call, qualified, state):
             function = self.running[-1].name.value if self.running else None
-            event = Event(f"`{self.ctx.short_code(call)}`", self.ctx.line(call), function, qualified == DEVICE_COUNT)
+            event = Event(f"`{self.ctx.short_code(call)}`", call, function, qualified == DEVICE_COUNT)
             return replace(state, cuda_init=event)
         if isinstance(call.func, cst.Name):
             function = self.functions.get(call.func.value)
@@ -173,6 +183,14 @@ class FlowAnalysis:
 
     # ----- what the code does ---------------------------------------------------------------------
 
+    def _writes_variable(self, small: cst.BaseSmallStatement) -> bool:
+        if isinstance(small, cst.Assign):
+            return any(self._is_variable_subscript(target.target) for target in small.targets)
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            qualified = self.ctx.qualify(small.value.func)
+            return qualified in ENVIRON_SETTERS and self._sets_variable(small.value, qualified)
+        return False
+
     def _torch_import(self, node: cst.Import | cst.ImportFrom) -> Optional[Event]:
         """The import as an event when it imports torch, directly or through another module."""
         if isinstance(node, cst.Import):
@@ -185,7 +203,7 @@ class FlowAnalysis:
             if self.ctx.project.imports_torch(module):
                 function = self.running[-1].name.value if self.running else None
                 indirect = module.split(".")[0] != "torch"
-                return Event(f"`{self.ctx.short_code(node)}`", self.ctx.line(node), function, imports_torch_indirectly=indirect)
+                return Event(f"`{self.ctx.short_code(node)}`", node, function, imports_torch_indirectly=indirect)
         return None
 
     def _initialises_cuda(self, call: cst.Call, qualified: Optional[str], state: FlowState) -> bool:
@@ -435,7 +453,7 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
             yield Report(
                 node=assignment.node,
                 message=(
-                    f"`{VARIABLE}` is set after {cause.describe()} initialised CUDA{frozen}; the driver reads "
+                    f"`{VARIABLE}` is set after {cause.describe(ctx)} initialised CUDA{frozen}; the driver reads "
                     "the variable only once, at initialisation, so this assignment is silently ignored and the "
                     "process keeps seeing every GPU. Set it before anything touches CUDA: at the top of the "
                     "entry script, before `import torch`, or in the launching shell."
@@ -553,7 +571,7 @@ class CudaVisibleDevicesAfterTorchImport(Rule):
             yield Report(
                 node=assignment.node,
                 message=(
-                    f"`{VARIABLE}` is set after {cause.describe()}; it takes effect only while nothing has "
+                    f"`{VARIABLE}` is set after {cause.describe(ctx)}; it takes effect only while nothing has "
                     "initialised CUDA, and is silently ignored as soon as an import or call before it does "
                     "(some libraries initialise CUDA when imported). Set it before importing torch, or in "
                     "the launching shell."

@@ -1,16 +1,19 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import libcst as cst
 
 from dplint.context import FileContext
+from dplint.facts import ProjectFacts
 from dplint.inference import Inference, Kind, Scope
 from dplint.names import dotted
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 MOVES = frozenset({"to", "cuda", "cpu"})
+# What may stand before the move at the start of a statement line: names, attributes, calls, subscripts.
+_STATEMENT_PREFIX = re.compile(r"[ \t]*[A-Za-z_][\w.]*(?:(?:\([^()\n]*\)|\[[^\]\n]*\])[\w.]*)*")
 
 
 class DiscardedTensorMove(Rule):
@@ -60,8 +63,7 @@ class DiscardedTensorMove(Rule):
     code = "DPL101"
     name = "discarded-tensor-move"
     summary = "The result of `tensor.to()`, `.cuda()` or `.cpu()` is discarded, so the tensor never moves."
-    # A statement that starts a line with a name, attributes, calls or subscripts and ends in a move.
-    triggers = re.compile(r"^[ \t]*[A-Za-z_][\w.]*(?:(?:\([^()\n]*\)|\[[^\]\n]*\])[\w.]*)*\.(?:to|cuda|cpu)\(", re.M)
+    triggers = re.compile(r"\.(?:to|cuda|cpu)\(")
 
     VALID = [
         Valid(
@@ -193,6 +195,14 @@ class DiscardedTensorMove(Rule):
             line=6,
         ),
     ]
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        """Whether some line starts with a bare move: `x.to(`, `self.buf.cuda(`, `loss.detach().cpu(`."""
+        for match in self.triggers.finditer(text):
+            line_start = text.rfind("\n", 0, match.start()) + 1
+            if _STATEMENT_PREFIX.fullmatch(text, line_start, match.start()):
+                return True
+        return False
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         inference: Inference = ctx.memo("inference", lambda: Inference(ctx))

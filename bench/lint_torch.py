@@ -1,0 +1,64 @@
+"""Benchmark: lint the installed torch package's own sources (thousands of files), cold and warm.
+
+    python bench/lint_torch.py [--jobs N] [--tree PATH]
+
+Cold: a fresh cache folder, so every file is read, scanned and (if the prefilter keeps it) parsed.
+Warm: the same command again, answered from the cache. Each run is a separate `dplint` process, as a
+user would start it; peak memory is the largest resident set of that process tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+
+def torch_sources() -> Path:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("torch is not installed: pip install torch (or pass --tree PATH)")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def run(tree: Path, cache_root: Path, jobs: int) -> tuple:
+    command = [sys.executable, "-m", "dplint", "--format", "json", "--exit-zero", "-j", str(jobs), str(tree)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    completed = subprocess.run(command, cwd=cache_root, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    peak_mib = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+    if completed.returncode != 0:
+        sys.exit(f"dplint failed ({completed.returncode}):\n{completed.stderr}")
+    return elapsed, peak_mib, json.loads(completed.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--tree", type=Path, help="the tree to lint (default: the installed torch package)")
+    args = parser.parse_args()
+    tree = args.tree or torch_sources()
+    files = sum(1 for p in tree.rglob("*") if p.suffix in (".py", ".pyi"))
+    lines = sum(p.read_bytes().count(b"\n") for p in tree.rglob("*") if p.suffix in (".py", ".pyi"))
+    with tempfile.TemporaryDirectory() as cache_root:
+        cold, cold_mib, findings = run(tree, Path(cache_root), args.jobs)
+        warm, warm_mib, warm_findings = run(tree, Path(cache_root), args.jobs)
+    assert warm_findings == findings, "the warm run must report what the cold run reported"
+    print(f"tree: {tree} ({files} files, {lines / 1e6:.2f} M lines), jobs: {args.jobs}")
+    print(f"cold: {cold:6.2f} s  {files / cold:8.0f} files/s  peak {cold_mib:.0f} MiB")
+    print(f"warm: {warm:6.2f} s  {files / warm:8.0f} files/s  peak {warm_mib:.0f} MiB")
+    counts = Counter(f["code"] for f in findings)
+    print("findings:", ", ".join(f"{code} {count}" for code, count in sorted(counts.items())) or "none")
+
+
+if __name__ == "__main__":
+    main()
