@@ -1,0 +1,431 @@
+"""Subtle cases for each rule: true negatives chosen as carefully as the positives."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from dplint import lint_source
+from dplint.facts import scan_classes
+
+
+def findings(source: str, select=None):
+    return [(f.location.row, f.code) for f in lint_source(textwrap.dedent(source).lstrip("\n"), "case.py", select=select)]
+
+
+DPL101_CASES = {
+    "module subclass moved in place": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            pass
+        model = Net()
+        model.to("cuda")
+        model.cuda()
+        """,
+        [],
+    ),
+    "rebinding to an unknown object makes the name unknown": (
+        """
+        import torch
+        x = torch.zeros(3)
+        x = Wrapper(x)
+        x.to("cuda")
+        """,
+        [],
+    ),
+    "HF-style batch returned by a call": (
+        """
+        batch = tokenizer(texts, return_tensors="pt")
+        batch.to("cuda")
+        """,
+        [],
+    ),
+    "module call results are unknown (tuples, ModelOutput)": (
+        """
+        import torch.nn as nn
+        model = nn.Linear(3, 3)
+        out = model(x)
+        out.cpu()
+        """,
+        [],
+    ),
+    "chain ending in numpy is not a move": (
+        """
+        import torch
+        x = torch.zeros(3)
+        x.cpu().numpy()
+        """,
+        [],
+    ),
+    "moves inside expressions are used": (
+        """
+        import torch
+        x = torch.zeros(3)
+        print(x.cpu())
+        ys = [x.to(d) for d in devices]
+        f(x.cuda())
+        """,
+        [],
+    ),
+    "global tensor used in a function: reported, without an unsafe fix": (
+        """
+        import torch
+        buf = torch.zeros(3)
+        def f():
+            buf.to("cuda")
+        """,
+        [(4, "DPL101")],
+    ),
+    "parameter kinds come from every call site": (
+        """
+        import torch
+        def move(t, device):
+            t.to(device)
+        move(torch.ones(2), "cuda")
+        move(graph, "cuda")
+        """,
+        [],
+    ),
+    "arithmetic on tensors is a tensor": (
+        """
+        import torch
+        a = torch.ones(2)
+        b = (a * 2 + 1).float()
+        b.cuda()
+        """,
+        [(4, "DPL101")],
+    ),
+    "an nn.Parameter attribute has no safe fix but is reported": (
+        """
+        import torch
+        import torch.nn as nn
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = nn.Parameter(torch.zeros(3))
+            def move(self):
+                self.w.cuda()
+        """,
+        [(8, "DPL101")],
+    ),
+    "zip of two loaders": (
+        """
+        from torch.utils.data import DataLoader
+        a = DataLoader(ds1)
+        b = DataLoader(ds2)
+        for (x, y), (u, v) in zip(a, b):
+            x.cuda()
+            v.cuda()
+        """,
+        [(5, "DPL101"), (6, "DPL101")],
+    ),
+    "enumerate index is not a tensor": (
+        """
+        from torch.utils.data import DataLoader
+        loader = DataLoader(ds)
+        for i, batch in enumerate(loader):
+            i.to("cuda")
+        """,
+        [],
+    ),
+    "a builtin named like a local function is not called": (
+        """
+        import torch
+        def enumerate(x):
+            return x
+        for i, b in enumerate(torch.zeros(2, 2)):
+            i.cuda()
+        """,
+        [],
+    ),
+    "a tensor-returning annotated helper": (
+        """
+        import torch
+        def make() -> torch.Tensor:
+            return torch.zeros(1)
+        make().cuda()
+        t = make()
+        t.cpu()
+        """,
+        [(4, "DPL101"), (6, "DPL101")],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", DPL101_CASES.values(), ids=DPL101_CASES.keys())
+def test_discarded_tensor_move(source, expected):
+    assert findings(source, ["DPL101"]) == expected
+
+
+def test_fix_is_offered_only_where_assigning_back_is_safe():
+    global_case = lint_source("import torch\nbuf = torch.zeros(3)\ndef f():\n    buf.to('cuda')\n", select=["DPL101"])
+    assert [f.fix for f in global_case] == [None]
+    parameter_case = lint_source(textwrap.dedent(DPL101_CASES["an nn.Parameter attribute has no safe fix but is reported"][0]))
+    assert [f.fix for f in parameter_case] == [None]
+
+
+DPL2_CASES = {
+    "function defined before but called after the assignment": (
+        """
+        import os
+        import torch
+        def init():
+            torch.cuda.init()
+        os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+        init()
+        """,
+        [(5, "DPL202")],
+    ),
+    "a lambda does not run when defined": (
+        """
+        import os
+        import torch
+        check = lambda: torch.cuda.is_available()
+        os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+        """,
+        [(4, "DPL202")],
+    ),
+    "the value is computed before the assignment": (
+        """
+        import os
+        import torch
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(torch.cuda.current_device())
+        """,
+        [(3, "DPL201")],
+    ),
+    "a cuda tensor created through a device variable": (
+        """
+        import os
+        import torch
+        dev = torch.device("cuda:1")
+        t = torch.ones(2, device=dev)
+        os.environ["CUDA_VISIBLE_DEVICES"] = "1"
+        """,
+        [(5, "DPL201")],
+    ),
+    "a device variable rebound to the cpu does not initialise": (
+        """
+        import os
+        import torch
+        dev = torch.device("cuda")
+        dev = "cpu"
+        t = torch.ones(2).to(dev)
+        os.environ["CUDA_VISIBLE_DEVICES"] = "1"
+        """,
+        [(6, "DPL202")],
+    ),
+    "DataParallel construction initialises CUDA": (
+        """
+        import os
+        import torch.nn as nn
+        model = nn.DataParallel(nn.Linear(2, 2))
+        os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+        """,
+        [(4, "DPL201")],
+    ),
+    "reading the variable is not setting it": (
+        """
+        import os
+        import torch
+        torch.cuda.init()
+        gpus = os.environ["CUDA_VISIBLE_DEVICES"].split(",")
+        print(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        """,
+        [],
+    ),
+    "an unrelated variable": (
+        """
+        import os
+        import torch
+        torch.cuda.init()
+        os.environ["NCCL_DEBUG"] = "INFO"
+        """,
+        [],
+    ),
+    "from os import environ": (
+        """
+        from os import environ
+        import torch
+        torch.cuda.set_device(0)
+        environ["CUDA_VISIBLE_DEVICES"] = "0"
+        """,
+        [(4, "DPL201")],
+    ),
+    "recursive functions terminate": (
+        """
+        import os
+        import torch
+        def a(n):
+            if n:
+                b(n - 1)
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+        def b(n):
+            a(n)
+            torch.cuda.init()
+        a(3)
+        """,
+        [(6, "DPL201")],  # the inner call returns after b's init, and the outer write runs after it
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", DPL2_CASES.values(), ids=DPL2_CASES.keys())
+def test_cuda_visible_devices(source, expected):
+    assert findings(source, ["DPL201", "DPL202"]) == expected
+
+
+def test_device_count_message_explains_the_torch_version_caveat():
+    [finding] = lint_source("import os, torch\nn = torch.cuda.device_count()\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\n")
+    assert "torch < 2.4" in finding.message and "NVML" in finding.message
+    assert "`torch.cuda.device_count()` on line 2" in finding.message
+
+
+DPL301_CASES = {
+    "a helper method's result is not tracked": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                y = x.permute(1, 0, 2)
+                return self.finish(y)
+            def finish(self, y):
+                return y
+        m = nn.DataParallel(Net())
+        """,
+        [],
+    ),
+    "branches that disagree stop the tracking": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x, time_major=False):
+                if time_major:
+                    x = x.transpose(0, 1)
+                return x
+        m = nn.DataParallel(Net())
+        """,
+        [],
+    ),
+    "a branch that returns moved output": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x, time_major=False):
+                if time_major:
+                    return x.transpose(0, 1)
+                return x
+        m = nn.DataParallel(Net())
+        """,
+        [(5, "DPL301")],
+    ),
+    "movedim back to the front": (
+        """
+        import torch
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                y = torch.movedim(x, 0, 2)
+                return y.movedim(2, 0)
+        m = nn.DataParallel(Net())
+        """,
+        [],
+    ),
+    "swapping two inner dims keeps the batch": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                return x.transpose(1, 2).swapaxes(-1, -2)
+        m = nn.DataParallel(Net())
+        """,
+        [],
+    ),
+    "the batch indexed away is not reported": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                y = x.permute(1, 0, 2)
+                return y[:, 0]
+        m = nn.DataParallel(Net())
+        """,
+        [],
+    ),
+    "rearrange keeping the batch leading": (
+        """
+        import torch.nn as nn
+        from einops import rearrange
+        class Net(nn.Module):
+            def forward(self, x):
+                return rearrange(x, "b c h w -> (b h) w c")
+        m = nn.DataParallel(Net())
+        """,
+        [],
+    ),
+    "a dictionary output with a moved value": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                logits = x.transpose(0, 1)
+                return {"logits": logits, "features": x}
+        m = nn.DataParallel(Net())
+        """,
+        [(4, "DPL301")],
+    ),
+    "a wrapped subclass runs its base class's forward": (
+        """
+        import torch.nn as nn
+        class Base(nn.Module):
+            def forward(self, x):
+                return x.t()
+        class Child(Base):
+            pass
+        m = nn.DataParallel(Child())
+        """,
+        [(4, "DPL301")],
+    ),
+    "a dim that is not a literal is not guessed": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                return x.transpose(0, 1)
+        m = nn.DataParallel(Net(), dim=args.dim)
+        """,
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", DPL301_CASES.values(), ids=DPL301_CASES.keys())
+def test_batch_dim_moved(source, expected):
+    assert findings(source, ["DPL301"]) == expected
+
+
+def test_class_scan_reads_bases_and_forward_by_indentation():
+    classes = scan_classes(
+        textwrap.dedent(
+            """
+            class A(nn.Module):
+                def forward(self, x):
+                    return x
+
+            class B(A, metaclass=Meta):
+                pass
+                class Inner(
+                    torch.nn.Module,
+                ):
+                    async def forward(self): ...
+            def forward(x):
+                pass
+            """
+        )
+    )
+    assert [(c.name, c.bases, c.defines_forward) for c in classes] == [
+        ("A", ("Module",), True),
+        ("B", ("A",), False),
+        ("Inner", ("Module",), True),
+    ]
