@@ -169,7 +169,8 @@ def list_rules(out: TextIO, as_json: bool) -> int:
             "code": rule.code,
             "name": rule.name,
             "severity": rule.severity,
-            "enabled_by_default": rule.enabled_by_default,
+            "enabled_by_default": rule.enabled_by_default and not rule.runtime_only,
+            "runtime_only": rule.runtime_only,
             "summary": rule.summary,
         }
         for rule in ALL_RULES
@@ -180,6 +181,6 @@ def list_rules(out: TextIO, as_json: bool) -> int:
         return 0
     width = max(len(row["name"]) for row in rows)  # type: ignore[arg-type]
     for row in rows:
-        state = "on " if row["enabled_by_default"] else "off"
-        out.write(f"{row['code']}  {row['name']:<{width}}  {row['severity']:<7}  {state}  {row['summary']}\n")
+        state = "runtime" if row["runtime_only"] else "on" if row["enabled_by_default"] else "off"
+        out.write(f"{row['code']}  {row['name']:<{width}}  {row['severity']:<7}  {state:<7}  {row['summary']}\n")
     return 0

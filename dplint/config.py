@@ -17,13 +17,14 @@ else:  # pragma: no cover - exercised on Python < 3.11 only
     import tomli as tomllib
 
 from dplint import __version__
-from dplint.rules import CHECKS
+from dplint.rules import CHECKS, RUNTIME_ONLY
 
 DEFAULT_EXCLUDE = (
     ".bzr", ".direnv", ".eggs", ".git", ".hg", ".mypy_cache", ".nox", ".pants.d", ".pytest_cache",
     ".ruff_cache", ".dplint_cache", ".svn", ".tox", ".venv", "venv", "__pypackages__", "__pycache__",
     "_build", "buck-out", "build", "dist", "node_modules", "site-packages", "*.egg-info",
 )
+RUNTIME_CODES = frozenset(rule.code for rule in RUNTIME_ONLY)
 KEYS = ("select", "ignore", "extend-select", "per-file-ignores", "exclude", "extend-exclude")
 
 
@@ -96,6 +97,8 @@ def expand_codes(selectors: Iterable[str], option: str) -> FrozenSet[str]:
         matched = known if selector == "ALL" else [code for code in known if code.startswith(selector)]
         if not matched:
             hint = " (DPL000 is always on)" if selector == "DPL000" else ""
+            if selector in RUNTIME_CODES:
+                hint = " (a runtime check: enable it with `pytest --dplint` or `dplint.runtime.checking()`)"
             raise ConfigError(f"{option}: unknown rule selector `{selector}`{hint}; see `dplint --list-rules`.")
         codes.update(matched)
     return frozenset(codes)

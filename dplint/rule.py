@@ -79,6 +79,8 @@ class Rule:
     summary: ClassVar[str]
     severity: ClassVar[str] = "error"
     enabled_by_default: ClassVar[bool] = True
+    # Checked only at runtime, by `dplint.runtime` (the pytest plugin); there is nothing to lint statically.
+    runtime_only: ClassVar[bool] = False
     # A file whose text matches none of the enabled rules' triggers is never parsed.
     triggers: ClassVar[Optional["re.Pattern[str]"]] = None
     VALID: ClassVar[Sequence[Valid]] = ()
@@ -96,6 +98,9 @@ class Rule:
 
     @classmethod
     def explain(cls) -> str:
-        state = "enabled" if cls.enabled_by_default else "disabled"
-        header = f"# {cls.name} ({cls.code})\n\n{cls.summary}\n\nSeverity: {cls.severity}; {state} by default.\n\n"
+        if cls.runtime_only:
+            state = "checked at runtime by `dplint.runtime` and the pytest plugin (`pytest --dplint`)"
+        else:
+            state = ("enabled" if cls.enabled_by_default else "disabled") + " by default"
+        header = f"# {cls.name} ({cls.code})\n\n{cls.summary}\n\nSeverity: {cls.severity}; {state}.\n\n"
         return header + cls.docs() + "\n"

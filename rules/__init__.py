@@ -8,7 +8,12 @@ from dplint.rule import Rule
 from dplint.rules.batch_dim_moved import BatchDimMovedInForward
 from dplint.rules.cuda_visible_devices import CudaVisibleDevicesAfterCudaInit, CudaVisibleDevicesAfterTorchImport
 from dplint.rules.discarded_tensor_move import DiscardedTensorMove
+from dplint.rules.forward_mutates_module_state import ForwardMutatesModuleState
+from dplint.rules.module_off_primary_device import ModuleOffPrimaryDevice
 from dplint.rules.parse_error import ParseError
+from dplint.rules.scalar_output_from_forward import ScalarOutputFromForward
+from dplint.rules.single_device_data_parallel import SingleDeviceDataParallel
+from dplint.rules.uneven_batch import UnevenBatch
 
 # Rules that run on a parsed file, in code order. DPL000 is produced by the engine itself.
 CHECKS: List[Type[Rule]] = [
@@ -17,7 +22,15 @@ CHECKS: List[Type[Rule]] = [
     CudaVisibleDevicesAfterTorchImport,
     BatchDimMovedInForward,
 ]
-ALL_RULES: List[Type[Rule]] = [ParseError, *CHECKS]
+# Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
+RUNTIME_ONLY: List[Type[Rule]] = [
+    ModuleOffPrimaryDevice,
+    ForwardMutatesModuleState,
+    ScalarOutputFromForward,
+    UnevenBatch,
+    SingleDeviceDataParallel,
+]
+ALL_RULES: List[Type[Rule]] = sorted([ParseError, *CHECKS, *RUNTIME_ONLY], key=lambda rule: rule.code)
 BY_CODE: Dict[str, Type[Rule]] = {rule.code: rule for rule in ALL_RULES}
 
-__all__ = ["ALL_RULES", "BY_CODE", "CHECKS", "ParseError"]
+__all__ = ["ALL_RULES", "BY_CODE", "CHECKS", "RUNTIME_ONLY", "ParseError"]

@@ -52,5 +52,6 @@ def test_every_rule_has_docs_and_examples(rule):
     docs = rule.docs()
     for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Known problems"):
         assert heading in docs, f"{rule.code} docs lack {heading!r}"
-    assert len(rule.VALID) >= 3 and len(rule.INVALID) >= 3
+    if not rule.runtime_only:  # runtime-only checks are exercised by tests/test_runtime.py
+        assert len(rule.VALID) >= 3 and len(rule.INVALID) >= 3
     assert rule.summary.endswith(".")

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from typing import Sequence
+
+from dplint.rule import Rule
+
+
+class UnevenBatch(Rule):
+    """
+    ## What it does
+    At runtime, warns when an `nn.DataParallel` batch splits into fewer chunks than there are devices,
+    so some devices sit idle: a batch smaller than the device count, or one whose size makes
+    `tensor.chunk` stop early (a batch of 10 on 8 devices is 5 chunks of 2).
+
+    ## Why is this bad?
+    Idle devices are wasted, and fewer replicas change behaviour: with keyword arguments the missing
+    replicas get no positional input and `forward` raises `TypeError` (pytorch#52260), and a chunk of
+    one sample breaks BatchNorm in training mode.
+
+    ## Example
+    ```python
+    loader = DataLoader(dataset, batch_size=10)  # on 8 GPUs: 5 chunks of 2
+    ```
+
+    ## Use instead
+    ```python
+    loader = DataLoader(dataset, batch_size=64, drop_last=True)  # a multiple of the GPU count
+    ```
+
+    ## Known problems
+    Advice only: it is a warning, never an error, also in raise mode.
+    """
+
+    code = "DPL306"
+    name = "uneven-batch"
+    summary = "A DataParallel batch splits into fewer chunks than devices, leaving devices idle."
+    severity = "warning"
+    runtime_only = True
+
+
+def message(batch: int, devices: int, chunk_sizes: Sequence[int]) -> str:
+    idle = devices - len(chunk_sizes)
+    return (
+        f"a batch of {batch} on {devices} devices splits into {len(chunk_sizes)} chunks {list(chunk_sizes)}, so "
+        f"{idle} device{'s' * (idle != 1)} sit{'s' * (idle == 1)} idle; use a batch size that is a multiple of "
+        "the device count (and `drop_last=True` for the last batch)."
+    )
