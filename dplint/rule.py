@@ -67,7 +67,7 @@ class Report:
     message: str
     help: str
     fix: Optional[FixSpec] = None
-    # The statement holding the node: a `# noqa` on its first line also suppresses the report.
+    # The statement holding the node: a noqa comment on its first line also suppresses the report.
     statement: Optional["cst.CSTNode"] = None
 
 

@@ -28,7 +28,7 @@ class Suppressions:
                 self._file |= _codes(match)
 
     def file_ignores(self, code: str) -> bool:
-        return self._file is ALL or "*" in self._file or code in self._file
+        return "*" in self._file or code in self._file
 
     def line_ignores(self, finding: Finding, statement_line: Optional[int]) -> bool:
         """A `# noqa` on the reported line, or on the first line of the statement that holds it."""
