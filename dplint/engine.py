@@ -194,7 +194,7 @@ def run_rules(source: SourceFile, text: str, module, rules: Sequence[Rule], proj
         try:
             for report in rule.check(ctx):
                 finding = _locate(rule, report, ctx, source)
-                if not suppressions.line_ignores(finding, ctx.line(report.statement) if report.statement else None):
+                if not suppressions.line_ignores(finding):
                     findings.append(finding)
         except RecursionError:
             findings.append(parse_error_finding(source, Unreadable("too deeply nested to analyse")))

@@ -94,7 +94,7 @@ def full_frame(finding: Finding, lines: Optional[List[str]]) -> List[str]:
     gutter = " " * width + " |"
     frame = [header, gutter]
     for number in range(first, last + 1):
-        frame.append(f"{number:>{width}} | {lines[number - 1].rstrip()}")
+        frame.append(f"{number:>{width}} | {lines[number - 1]}".rstrip())
         if number == row:
             start = finding.location.column - 1
             line_length = len(lines[row - 1].rstrip())

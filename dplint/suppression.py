@@ -30,13 +30,13 @@ class Suppressions:
     def file_ignores(self, code: str) -> bool:
         return "*" in self._file or code in self._file
 
-    def line_ignores(self, finding: Finding, statement_line: Optional[int]) -> bool:
+    def line_ignores(self, finding: Finding) -> bool:
         """A `# noqa` on the reported line, or on the first line of the statement that holds it."""
         if "noqa" not in self._text:
             return False
         if self._lines is None:
             self._lines = self._text.splitlines()
-        for row in {finding.location.row, statement_line or finding.location.row}:
+        for row in {finding.location.row, finding.noqa_row or finding.location.row}:
             line = self._lines[row - 1] if 0 < row <= len(self._lines) else ""
             for match in LINE_NOQA.finditer(line):
                 codes = _codes(match)
