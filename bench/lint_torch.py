@@ -13,7 +13,6 @@ import argparse
 import importlib.util
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -29,15 +28,22 @@ def torch_sources() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+# Runs the command and reports the peak resident memory of its process tree on the last stderr line:
+# RUSAGE_CHILDREN is a running maximum, so each measured run needs a fresh parent.
+_MEASURE = (
+    "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(r.returncode)"
+)
+
+
 def run(tree: Path, cache_root: Path, jobs: int) -> tuple:
     command = [sys.executable, "-m", "dplint", "--format", "json", "--exit-zero", "-j", str(jobs), str(tree)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
-    completed = subprocess.run(command, cwd=cache_root, capture_output=True, text=True)
+    completed = subprocess.run([sys.executable, "-c", _MEASURE, *command], cwd=cache_root, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
-    peak_mib = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     if completed.returncode != 0:
         sys.exit(f"dplint failed ({completed.returncode}):\n{completed.stderr}")
+    peak_mib = int(completed.stderr.strip().splitlines()[-1]) / 1024
     return elapsed, peak_mib, json.loads(completed.stdout)
 
 
