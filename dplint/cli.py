@@ -13,7 +13,7 @@ from dplint import __version__
 from dplint.config import ConfigError, Settings, parse_per_file_ignores, resolve_settings
 from dplint.finding import Finding
 
-FORMATS = ("full", "concise", "json")
+FORMATS = ("full", "concise", "json", "json-lines", "github", "sarif", "junit", "gitlab")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("paths", nargs="*", metavar="PATH", help="files or folders to lint (default: .); `-` reads standard input")
     parser.add_argument("--format", choices=FORMATS, help="output format (default: full on a terminal, concise otherwise)")
+    parser.add_argument("-o", "--output-file", metavar="PATH", help="write the report to PATH instead of standard output")
+    parser.add_argument("--fix", action="store_true", help="apply the fixes rules offer (safe ones only, unless --unsafe-fixes)")
+    parser.add_argument("--unsafe-fixes", action="store_true", help="also offer and apply fixes marked unsafe")
+    parser.add_argument("--diff", action="store_true", help="print the fixes as a unified diff and change nothing")
+    parser.add_argument("--show-fixes", action="store_true", help="with --fix: list what was fixed")
     parser.add_argument("--select", metavar="CODES", help="comma-separated codes or prefixes to enable (ALL for every rule)")
     parser.add_argument("--ignore", metavar="CODES", help="comma-separated codes or prefixes to disable")
     parser.add_argument("--extend-select", metavar="CODES", help="codes or prefixes to enable on top of the selection")
@@ -72,14 +77,31 @@ def run(args: argparse.Namespace) -> int:
     settings = resolve_settings(start, overrides(args))
 
     if reading_stdin:
+        if args.fix or args.diff:
+            raise ConfigError("--fix and --diff change files; they cannot be used with standard input.")
         findings, errors, sources = lint_stdin(args.stdin_filename or "<stdin>", settings)
     else:
         from dplint.api import lint_paths
 
         result = lint_paths(paths, settings, jobs=args.jobs, cache=not args.no_cache)
         findings, errors, sources = result.findings, result.internal_errors, {}
+        if args.diff and not errors:
+            return show_diff(findings, args.unsafe_fixes, out)
+        if args.fix and not errors:
+            fixed = fix_files(findings, args.unsafe_fixes)
+            if fixed:
+                result = lint_paths(paths, settings, jobs=args.jobs, cache=not args.no_cache)
+                findings, errors = result.findings, result.internal_errors
+            report_fixes(fixed, len(findings), args.show_fixes)
 
-    report(findings, args, out, sources)
+    if args.output_file:
+        try:
+            with open(args.output_file, "w", encoding="utf-8") as handle:
+                report(findings, args, handle, sources)
+        except OSError as error:
+            raise ConfigError(f"cannot write {args.output_file}: {error.strerror or error}") from None
+    else:
+        report(findings, args, out, sources)
     for error in errors:
         print(f"dplint: internal error in rule {error.code} while linting {error.path}:\n{error.details}", file=sys.stderr)
     if errors:
@@ -123,15 +145,86 @@ def report(findings: List[Finding], args: argparse.Namespace, out: TextIO, sourc
 
     terminal = out.isatty()
     output_format = args.format or ("full" if terminal else "concise")
+    lines = _source_lines(sources)
     if args.statistics:
         reporters.write_statistics(findings, out, as_json=output_format == "json")
     elif output_format == "json":
         reporters.write_json(findings, out)
+    elif output_format == "json-lines":
+        reporters.write_json_lines(findings, out)
+    elif output_format == "github":
+        reporters.write_github(findings, out)
+    elif output_format == "sarif":
+        reporters.write_sarif(findings, out, lines)
+    elif output_format == "junit":
+        reporters.write_junit(findings, out)
+    elif output_format == "gitlab":
+        reporters.write_gitlab(findings, out, lines)
     elif output_format == "concise":
-        reporters.write_concise(findings, out)
+        reporters.write_concise(findings, out, args.unsafe_fixes)
     else:
         colour = terminal and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-        reporters.write_full(findings, out, _source_lines(sources), colour)
+        reporters.write_full(findings, out, lines, colour, args.unsafe_fixes)
+
+
+def _by_file(findings: List[Finding], unsafe: bool) -> Dict[str, List[Finding]]:
+    from dplint.reporters import is_fixable
+
+    grouped: Dict[str, List[Finding]] = {}
+    for finding in findings:
+        if is_fixable(finding, unsafe):
+            grouped.setdefault(finding.filename, []).append(finding)
+    return grouped
+
+
+def show_diff(findings: List[Finding], unsafe: bool, out: TextIO) -> int:
+    """--diff: what --fix would change, as a unified diff; exit 1 when there is something to change."""
+    import difflib
+
+    from dplint.fixes import apply_fixes, read_for_fixing
+
+    count = 0
+    for filename, group in _by_file(findings, unsafe).items():
+        text, _ = read_for_fixing(filename)
+        fixed, applied = apply_fixes(text, group, unsafe=unsafe)
+        count += len(applied)
+        path = group[0].path
+        out.writelines(difflib.unified_diff(text.splitlines(True), fixed.splitlines(True), f"a/{path}", f"b/{path}"))
+    print(f"Would fix {count} error{'s' * (count != 1)}." if count else "No fixes available.", file=sys.stderr)
+    return 1 if count else 0
+
+
+def fix_files(findings: List[Finding], unsafe: bool) -> List[Finding]:
+    """--fix: apply every file's fixes in one pass, only where the result still parses."""
+    from dplint.engine import Unreadable, parse
+    from dplint.fixes import apply_fixes, read_for_fixing, write_fixed
+
+    fixed: List[Finding] = []
+    for filename, group in _by_file(findings, unsafe).items():
+        text, encoding = read_for_fixing(filename)
+        new_text, applied = apply_fixes(text, group, unsafe=unsafe)
+        try:
+            parse(new_text)
+        except Unreadable as error:
+            print(f"dplint: not fixing {group[0].path}: the fixed code would not parse ({error}); please report this.", file=sys.stderr)
+            continue
+        write_fixed(filename, new_text, encoding)
+        fixed.extend(applied)
+    return fixed
+
+
+def report_fixes(fixed: List[Finding], remaining: int, show: bool) -> None:
+    if not fixed:
+        return
+    print(f"Fixed {len(fixed)} error{'s' * (len(fixed) != 1)} ({remaining} remaining).", file=sys.stderr)
+    if not show:
+        return
+    from collections import Counter
+
+    for path in sorted({f.path for f in fixed}):
+        print(f"- {path}:", file=sys.stderr)
+        for (code, name), count in sorted(Counter((f.code, f.name) for f in fixed if f.path == path).items()):
+            print(f"    {count} × {code} ({name})", file=sys.stderr)
 
 
 def _source_lines(sources: Dict[str, str]):
@@ -152,12 +245,13 @@ def _source_lines(sources: Dict[str, str]):
 
 
 def explain(code: str, out: TextIO) -> int:
+    from dplint.docs import explain as render
     from dplint.rules import BY_CODE
 
     rule = BY_CODE.get(code.strip().upper())
     if rule is None:
         raise ConfigError(f"--explain: unknown rule code `{code}`; see `dplint --list-rules`.")
-    out.write(rule.explain())
+    out.write(render(rule))
     return 0
 
 

@@ -11,20 +11,39 @@ def _offset(line_starts: List[int], location: Location) -> int:
     return line_starts[location.row - 1] + location.column - 1
 
 
-def apply_fixes(source: str, findings: Sequence[Finding], *, unsafe: bool = False) -> str:
-    """The source with every offered fix applied; a fix that overlaps an earlier one is skipped."""
+def apply_fixes(source: str, findings: Sequence[Finding], *, unsafe: bool = False) -> Tuple[str, List[Finding]]:
+    """The source with every offered fix applied in one pass, and the findings whose fix was applied.
+
+    A fix whose edits overlap one already chosen is skipped (a second run picks it up)."""
     line_starts = [0]
     for line in source.splitlines(keepends=True):
         line_starts.append(line_starts[-1] + len(line))
-    fixes = [f.fix for f in findings if f.fix is not None and (unsafe or f.fix.applicability == "safe")]
+    fixable = [f for f in findings if f.fix is not None and (unsafe or f.fix.applicability == "safe")]
     chosen: List[Tuple[int, int, str]] = []
-    for fix in sorted(fixes, key=lambda fix: min(e.location for e in fix.edits)):
-        spans = [(_offset(line_starts, e.location), _offset(line_starts, e.end_location), e.content) for e in fix.edits]
-        if any(start < end_ and end > start_ for start, end, _ in spans for start_, end_, _ in chosen) or any(
-            start == start_ for start, _, _ in spans for start_, _, _ in chosen
-        ):
+    applied: List[Finding] = []
+    for finding in sorted(fixable, key=lambda f: min(e.location for e in f.fix.edits)):  # type: ignore[union-attr]
+        edits = finding.fix.edits  # type: ignore[union-attr]
+        spans = [(_offset(line_starts, e.location), _offset(line_starts, e.end_location), e.content) for e in edits]
+        if any(start < end_ and end > start_ or start == start_ for start, end, _ in spans for start_, end_, _ in chosen):
             continue
         chosen.extend(spans)
+        applied.append(finding)
     for start, end, content in sorted(chosen, reverse=True):
         source = source[:start] + content + source[end:]
-    return source
+    return source, applied
+
+
+def read_for_fixing(filename: str) -> Tuple[str, str]:
+    """The file's text, decoded as Python would, and the encoding to write it back with."""
+    import io
+    import tokenize
+
+    with open(filename, "rb") as handle:
+        data = handle.read()
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding), encoding
+
+
+def write_fixed(filename: str, text: str, encoding: str) -> None:
+    with open(filename, "w", encoding=encoding, newline="") as handle:
+        handle.write(text)

@@ -7,7 +7,6 @@ by every pytest run of the environment.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from dataclasses import dataclass
@@ -133,24 +132,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         item.config.stash[_STATE].annotations.append(_annotation(pitfall))
 
 
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
 def _annotation(pitfall: Any) -> str:
-    properties = [f"title={_escape_property(f'dplint ({pitfall.code})')}"]
+    from dplint.reporters import github_command, relative_uri, workspace_root
+
+    properties: List[Any] = [("title", f"dplint ({pitfall.code})")]
     if pitfall.filename:
-        filename = pitfall.filename
-        workspace = os.environ.get("GITHUB_WORKSPACE")
-        if workspace:
-            with contextlib.suppress(ValueError):
-                filename = os.path.relpath(filename, workspace)
-        properties += [f"file={_escape_property(filename)}", f"line={pitfall.lineno}"]
-    return f"::error {','.join(properties)}::{_escape_data(f'{pitfall.code} {pitfall.message}')}"
+        properties += [("file", relative_uri(pitfall.filename, workspace_root())), ("line", pitfall.lineno)]
+    return github_command("error", properties, f"{pitfall.code} {pitfall.message}")
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -2,35 +2,45 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections import Counter
-from typing import Callable, Dict, List, Optional, Sequence, TextIO
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from dplint.finding import Finding, Location
 
 SourceLines = Callable[[str], Optional[List[str]]]
 
 
-def summary(findings: Sequence[Finding]) -> str:
+def is_fixable(finding: Finding, unsafe: bool = False) -> bool:
+    return finding.fix is not None and (unsafe or finding.fix.applicability == "safe")
+
+
+def summary(findings: Sequence[Finding], unsafe: bool = False) -> str:
     if not findings:
         return "All checks passed!"
+    fixable = sum(1 for f in findings if is_fixable(f, unsafe))
+    hint = f"\n[*] {fixable} fixable with the `--fix` option." if fixable else ""
     warnings = sum(1 for f in findings if f.severity == "warning")
     errors = len(findings) - warnings
     parts = [f"{errors} error{'s' * (errors != 1)}"] if errors else []
     if warnings:
         parts.append(f"{warnings} warning{'s' * (warnings != 1)}")
     files = len({f.filename for f in findings})
-    return f"Found {' and '.join(parts)} in {files} file{'s' * (files != 1)}."
+    return f"Found {' and '.join(parts)} in {files} file{'s' * (files != 1)}.{hint}"
 
 
-def concise_line(finding: Finding) -> str:
-    return f"{finding.path}:{finding.location.row}:{finding.location.column}: {finding.code} {finding.message}"
+def concise_line(finding: Finding, unsafe: bool = False) -> str:
+    marker = " [*]" if is_fixable(finding, unsafe) else ""
+    return f"{finding.path}:{finding.location.row}:{finding.location.column}: {finding.code}{marker} {finding.message}"
 
 
-def write_concise(findings: Sequence[Finding], out: TextIO) -> None:
+def write_concise(findings: Sequence[Finding], out: TextIO, unsafe: bool = False) -> None:
     for finding in findings:
-        out.write(concise_line(finding) + "\n")
-    out.write(summary(findings) + "\n")
+        out.write(concise_line(finding, unsafe) + "\n")
+    out.write(summary(findings, unsafe) + "\n")
 
 
 def _location(location: Location) -> Dict[str, int]:
@@ -83,10 +93,10 @@ def write_statistics(findings: Sequence[Finding], out: TextIO, as_json: bool) ->
         out.write(f"{row['count']:>5}\t{row['code']}\t{row['name']}\n")
 
 
-def full_frame(finding: Finding, lines: Optional[List[str]]) -> List[str]:
+def full_frame(finding: Finding, lines: Optional[List[str]], unsafe: bool = False) -> List[str]:
     """A code frame in Ruff's layout: the line, its neighbours, a caret under the span, and help."""
     row = finding.location.row
-    header = concise_line(finding)
+    header = concise_line(finding, unsafe)
     if not lines or not 0 < row <= len(lines):
         return [header, f"  = help: {finding.help}", ""]
     first, last = max(1, row - 1), min(len(lines), row + 1)
@@ -105,22 +115,22 @@ def full_frame(finding: Finding, lines: Optional[List[str]]) -> List[str]:
     return frame
 
 
-def write_full(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, colour: bool) -> None:
+def write_full(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, colour: bool, unsafe: bool = False) -> None:
     if colour:
-        _write_full_coloured(findings, out, source_lines)
+        _write_full_coloured(findings, out, source_lines, unsafe)
         return
     for finding in findings:
-        out.write("\n".join(full_frame(finding, source_lines(finding.filename))) + "\n")
-    out.write(summary(findings) + "\n")
+        out.write("\n".join(full_frame(finding, source_lines(finding.filename), unsafe)) + "\n")
+    out.write(summary(findings, unsafe) + "\n")
 
 
-def _write_full_coloured(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines) -> None:
+def _write_full_coloured(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, unsafe: bool) -> None:
     from rich.console import Console
     from rich.markup import escape
 
     console = Console(file=out, highlight=False, soft_wrap=True)
     for finding in findings:
-        lines = full_frame(finding, source_lines(finding.filename))
+        lines = full_frame(finding, source_lines(finding.filename), unsafe)
         prefix = f"{finding.path}:{finding.location.row}:{finding.location.column}:"
         colour = "yellow" if finding.severity == "warning" else "red"
         head = lines[0][len(prefix) :]
@@ -132,4 +142,234 @@ def _write_full_coloured(findings: Sequence[Finding], out: TextIO, source_lines:
                 console.print(f"[bold {colour}]{escape(line)}[/]")
             else:
                 console.print(escape(line))
-    console.print(f"[bold]{escape(summary(findings))}[/bold]")
+    console.print(f"[bold]{escape(summary(findings, unsafe))}[/bold]")
+
+
+# ----- formats for CI systems ---------------------------------------------------------------------------
+
+
+def workspace_root() -> str:
+    """Where repository-relative paths start: $GITHUB_WORKSPACE, else the enclosing git checkout, else here."""
+    workspace = os.environ.get("GITHUB_WORKSPACE")
+    if workspace:
+        return os.path.abspath(workspace)
+    here = os.path.abspath(os.getcwd())
+    for directory in (here, *(str(p) for p in Path(here).parents)):
+        if os.path.exists(os.path.join(directory, ".git")):
+            return directory
+    return here
+
+
+def relative_uri(filename: str, root: str) -> str:
+    relative = os.path.relpath(filename, root)
+    return Path(relative).as_posix() if not relative.startswith("..") else Path(filename).as_posix()
+
+
+def fingerprints(findings: Sequence[Finding], source_lines: SourceLines, root: str) -> Dict[int, str]:
+    """A fingerprint per finding that survives unrelated edits: code, path, the text of its line, and
+    how many identical (code, line text) pairs come before it in the file; not the line number."""
+    seen: Counter = Counter()
+    result: Dict[int, str] = {}
+    for index, finding in enumerate(findings):
+        lines = source_lines(finding.filename) or []
+        row = finding.location.row
+        text = " ".join(lines[row - 1].split()) if 0 < row <= len(lines) else ""
+        key = (finding.code, relative_uri(finding.filename, root), text)
+        seen[key] += 1
+        digest = hashlib.blake2b(repr((*key, seen[key])).encode(), digest_size=16).hexdigest()
+        result[index] = digest
+    return result
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_command(level: str, properties: Sequence[Tuple[str, object]], message: str) -> str:
+    """A GitHub workflow command (`::error file=…,line=…::message`), escaped as GitHub requires."""
+    rendered = ",".join(f"{key}={_escape_property(str(value))}" for key, value in properties)
+    return f"::{level} {rendered}::{_escape_data(message)}"
+
+
+def write_github(findings: Sequence[Finding], out: TextIO) -> None:
+    root = workspace_root()
+    for finding in findings:
+        path = relative_uri(finding.filename, root)
+        properties = [
+            ("title", f"dplint ({finding.code})"),
+            ("file", path),
+            ("line", finding.location.row),
+            ("col", finding.location.column),
+            ("endLine", finding.end_location.row),
+            ("endColumn", finding.end_location.column),
+        ]
+        text = f"{path}:{finding.location.row}:{finding.location.column}: {finding.code} {finding.message}"
+        out.write(github_command(finding.severity, properties, text) + "\n")
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_file:
+        with open(summary_file, "a", encoding="utf-8") as handle:
+            handle.write(step_summary(findings, root))
+
+
+def step_summary(findings: Sequence[Finding], root: str) -> str:
+    """Markdown for $GITHUB_STEP_SUMMARY: every finding (GitHub shows only a few annotations a step)."""
+    if not findings:
+        return "## dplint\n\nAll checks passed!\n\n"
+    lines = ["## dplint", "", summary(findings), ""]
+    by_code: Dict[str, List[Finding]] = {}
+    for finding in findings:
+        by_code.setdefault(finding.code, []).append(finding)
+    for code, group in sorted(by_code.items()):
+        lines += [f"### [{code} {group[0].name}]({group[0].url}) ({len(group)})", "", "| location | message |", "|---|---|"]
+        for finding in group:
+            where = f"{relative_uri(finding.filename, root)}:{finding.location.row}:{finding.location.column}"
+            lines.append(f"| `{where}` | {finding.message.replace('|', '&#124;')} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def write_sarif(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines) -> None:
+    from dplint import __version__
+    from dplint.finding import DOCS_URL
+    from dplint.rules import BY_CODE
+
+    root = workspace_root()
+    codes = sorted({f.code for f in findings})
+    rules = []
+    for code in codes:
+        rule = BY_CODE[code]
+        docs = rule.docs()
+        rules.append(
+            {
+                "id": code,
+                "name": rule.name,
+                "shortDescription": {"text": rule.summary},
+                "fullDescription": {"text": _section(docs, "What it does") or rule.summary},
+                "help": {"text": docs, "markdown": docs},
+                "helpUri": f"{DOCS_URL}#{code.lower()}-{rule.name}",
+                "defaultConfiguration": {"level": "warning" if rule.severity == "warning" else "error"},
+                "properties": {"tags": ["multi-gpu", "pytorch"]},
+            }
+        )
+    prints = fingerprints(findings, source_lines, root)
+    results = []
+    for index, finding in enumerate(findings):
+        results.append(
+            {
+                "ruleId": finding.code,
+                "ruleIndex": codes.index(finding.code),
+                "level": "warning" if finding.severity == "warning" else "error",
+                "message": {"text": finding.message},
+                "locations": [
+                    {
+                        "physicalLocation": {
+                            "artifactLocation": {"uri": relative_uri(finding.filename, root), "uriBaseId": "%SRCROOT%"},
+                            "region": {
+                                "startLine": finding.location.row,
+                                "startColumn": finding.location.column,
+                                "endLine": finding.end_location.row,
+                                "endColumn": max(finding.end_location.column, finding.location.column + 1)
+                                if finding.end_location.row == finding.location.row
+                                else finding.end_location.column,
+                            },
+                        }
+                    }
+                ],
+                "partialFingerprints": {"dplint/v1": prints[index]},
+            }
+        )
+    document = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "dplint",
+                        "version": __version__,
+                        "informationUri": DOCS_URL.split("/blob/")[0],
+                        "rules": rules,
+                    }
+                },
+                "originalUriBaseIds": {"%SRCROOT%": {"uri": Path(root).as_uri() + "/"}},
+                "results": results,
+                "columnKind": "unicodeCodePoints",
+            }
+        ],
+    }
+    json.dump(document, out, indent=2)
+    out.write("\n")
+
+
+def _section(docs: str, heading: str) -> str:
+    """The first paragraph under a `## heading` of a rule's docs."""
+    lines = docs.splitlines()
+    try:
+        start = lines.index(f"## {heading}") + 1
+    except ValueError:
+        return ""
+    paragraph: List[str] = []
+    for line in lines[start:]:
+        if line.startswith("## ") or (not line.strip() and paragraph):
+            break
+        if line.strip():
+            paragraph.append(line.strip())
+    return " ".join(paragraph)
+
+
+def write_gitlab(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines) -> None:
+    """GitLab Code Quality report."""
+    root = workspace_root()
+    prints = fingerprints(findings, source_lines, root)
+    report = [
+        {
+            "description": f"{finding.code} {finding.message}",
+            "check_name": finding.code,
+            "fingerprint": prints[index],
+            "severity": "minor" if finding.severity == "warning" else "major",
+            "location": {"path": relative_uri(finding.filename, root), "lines": {"begin": finding.location.row}},
+        }
+        for index, finding in enumerate(findings)
+    ]
+    json.dump(report, out, indent=2)
+    out.write("\n")
+
+
+def write_junit(findings: Sequence[Finding], out: TextIO) -> None:
+    """JUnit XML: one test case per finding, grouped per file; one passing case when clean."""
+    from xml.etree import ElementTree
+
+    suites = ElementTree.Element("testsuites", name="dplint", tests=str(max(1, len(findings))), failures=str(len(findings)), errors="0")
+    if not findings:
+        suite = ElementTree.SubElement(suites, "testsuite", name="dplint", tests="1", failures="0", errors="0")
+        ElementTree.SubElement(suite, "testcase", name="No errors found", classname="dplint")
+    by_file: Dict[str, List[Finding]] = {}
+    for finding in findings:
+        by_file.setdefault(finding.path, []).append(finding)
+    for path, group in by_file.items():
+        suite = ElementTree.SubElement(
+            suites, "testsuite", name=path, tests=str(len(group)), failures=str(len(group)), errors="0", package="org.dplint"
+        )
+        for finding in group:
+            case = ElementTree.SubElement(
+                suite,
+                "testcase",
+                name=f"org.dplint.{finding.code}",
+                classname=path,
+                line=str(finding.location.row),
+                column=str(finding.location.column),
+            )
+            failure = ElementTree.SubElement(case, "failure", message=finding.message)
+            failure.text = f"line {finding.location.row}, col {finding.location.column}, {finding.message}"
+    out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
+    out.write(ElementTree.tostring(suites, encoding="unicode"))
+    out.write("\n")
+
+
+def write_json_lines(findings: Sequence[Finding], out: TextIO) -> None:
+    for finding in findings:
+        out.write(json.dumps(finding_to_json(finding)) + "\n")

@@ -95,12 +95,3 @@ class Rule:
     @classmethod
     def docs(cls) -> str:
         return inspect.cleandoc(cls.__doc__ or "")
-
-    @classmethod
-    def explain(cls) -> str:
-        if cls.runtime_only:
-            state = "checked at runtime by `dplint.runtime` and the pytest plugin (`pytest --dplint`)"
-        else:
-            state = ("enabled" if cls.enabled_by_default else "disabled") + " by default"
-        header = f"# {cls.name} ({cls.code})\n\n{cls.summary}\n\nSeverity: {cls.severity}; {state}.\n\n"
-        return header + cls.docs() + "\n"

@@ -259,7 +259,7 @@ def test_huge_file_is_reported_not_parsed(tmp_path):
 def test_explain_and_list_rules(tmp_path):
     result = dplint("--explain", "dpl301", cwd=tmp_path)
     assert result.returncode == 0
-    assert result.stdout.startswith("# batch-dim-moved-in-forward (DPL301)")
+    assert result.stdout.startswith("# DPL301: batch-dim-moved-in-forward")
     for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Known problems"):
         assert heading in result.stdout
     assert dplint("--explain", "DPL999", cwd=tmp_path).returncode == 2

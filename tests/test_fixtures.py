@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = sorted((ROOT / "fixtures").glob("*.py"))
+FIXTURES = sorted(p for p in (ROOT / "fixtures").glob("*.py") if not p.name.endswith(".fixed.py"))
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +35,24 @@ def test_fixture_findings_match_expected_file(fixture, lint_output):
 
 def test_every_fixture_has_an_expected_file_and_the_summary_counts_them(lint_output):
     assert FIXTURES and all(f.with_suffix(".txt").is_file() for f in FIXTURES)
-    total = sum(len(f.with_suffix(".txt").read_text().splitlines()) for f in FIXTURES)
-    assert len(lint_output) == total + 1
-    assert lint_output[-1].startswith("Found ")
+    expected = [line for f in FIXTURES for line in f.with_suffix(".txt").read_text().splitlines()]
+    assert [line for line in lint_output if line.startswith("fixtures/")] == sorted(expected)
+    fixable = sum(" [*] " in line for line in expected)
+    assert lint_output[-2:] == ["Found 6 errors and 1 warning in 4 files.", f"[*] {fixable} fixable with the `--fix` option."]
+
+
+def test_fix_gives_the_expected_files_and_is_idempotent(tmp_path):
+    for fixture in FIXTURES:
+        (tmp_path / fixture.name).write_bytes(fixture.read_bytes())
+    command = [sys.executable, "-m", "dplint", "--no-cache", "--fix", "."]
+    first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert "Fixed 3 errors (4 remaining)." in first.stderr
+    for fixture in FIXTURES:
+        expected = fixture.with_name(fixture.stem + ".fixed.py")
+        assert (tmp_path / fixture.name).read_text() == (expected if expected.exists() else fixture).read_text(), fixture.name
+    fixed_once = {p.name: p.read_bytes() for p in tmp_path.glob("*.py")}
+    second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert "Fixed" not in second.stderr
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.py")} == fixed_once
+    # What the fixes addressed is gone; only the findings without a fix remain.
+    assert " [*] " not in second.stdout and second.stdout.count(": DPL") == 4

@@ -34,7 +34,7 @@ def test_invalid_example_is_reported_on_its_line(rule, example):
     assert finding.message.endswith(".") and len(finding.message) > 60
     if example.fixed_source is not None:
         assert finding.fix is not None
-        assert apply_fixes(example.source, [finding]) == example.fixed_source
+        assert apply_fixes(example.source, [finding]) == (example.fixed_source, [finding])
 
 
 def test_codes_are_unique_and_well_formed():

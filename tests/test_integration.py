@@ -1,0 +1,198 @@
+"""CI and editor integration: machine formats, fixes, the rule reference, and the pre-commit hook."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from dplint.docs import explain, reference
+from dplint.reporters import github_command
+from dplint.rules import ALL_RULES
+
+ROOT = Path(__file__).resolve().parent.parent
+BAD = "import torch\nx = torch.zeros(3)\nx.to('cuda')\n"
+GOOD = "import torch\nx = torch.zeros(3)\nx = x.to('cuda')\n"
+
+
+def dplint(*args, cwd, env=None):
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    return subprocess.run(
+        [sys.executable, "-m", "dplint", "--no-cache", *args], cwd=cwd, capture_output=True, text=True, env={**environment, **(env or {})}
+    )
+
+
+def test_github_command_escaping():
+    command = github_command("error", [("file", "a,b:c%.py"), ("line", 3)], "50% done\r\nnext: a, b")
+    assert command == "::error file=a%2Cb%3Ac%25.py,line=3::50% done%0D%0Anext: a, b".replace("50%", "50%25")
+
+
+def test_github_format_with_awkward_path_and_message(tmp_path):
+    folder = tmp_path / "we,ird:100%"
+    folder.mkdir()
+    (folder / "m.py").write_text("import torch\nx = torch.zeros(3)\nx.to('cuda:1,%')\n")
+    result = dplint("--format", "github", ".", cwd=tmp_path, env={"GITHUB_WORKSPACE": str(tmp_path)})
+    [line] = result.stdout.splitlines()
+    assert line.startswith(
+        "::error title=dplint (DPL101),file=we%2Cird%3A100%25/m.py,line=3,col=1,endLine=3,endColumn=17::"
+        "we,ird:100%25/m.py:3:1: DPL101 `x.to('cuda:1,%25')` returns a moved copy"
+    )
+    assert result.returncode == 1
+
+
+def test_github_warning_level_and_step_summary(tmp_path):
+    (tmp_path / "a.py").write_text("import os\nimport torch\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\n" + BAD)
+    summary = tmp_path / "summary.md"
+    result = dplint("--format", "github", "a.py", cwd=tmp_path, env={"GITHUB_STEP_SUMMARY": str(summary)})
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("::warning title=dplint (DPL202),file=a.py,line=3,")
+    assert lines[1].startswith("::error title=dplint (DPL101),file=a.py,line=6,")
+    text = summary.read_text()
+    assert "Found 1 error and 1 warning in 1 file." in text
+    assert "### [DPL101 discarded-tensor-move](" in text and "#dpl101-discarded-tensor-move) (1)" in text
+    assert "| `a.py:6:1` |" in text
+
+
+def test_sarif_validates_against_the_official_schema(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("import os\nimport torch\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\n" + BAD)
+    (tmp_path / ".git").mkdir()  # the repository root: URIs are relative to it
+    result = dplint("--format", "sarif", ".", cwd=tmp_path / "src")
+    document = json.loads(result.stdout)
+    schema = json.loads((ROOT / "tests" / "data" / "sarif-schema-2.1.0.json").read_text())
+    jsonschema.Draft4Validator(schema).validate(document)
+    run = document["runs"][0]
+    assert run["columnKind"] == "unicodeCodePoints"
+    assert [rule["id"] for rule in run["tool"]["driver"]["rules"]] == ["DPL101", "DPL202"]
+    rule = run["tool"]["driver"]["rules"][0]
+    assert rule["defaultConfiguration"] == {"level": "error"} and "## Why is this bad?" in rule["help"]["markdown"]
+    result_101 = next(r for r in run["results"] if r["ruleId"] == "DPL101")
+    location = result_101["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"] == "src/a.py"
+    assert location["region"] == {"startLine": 6, "startColumn": 1, "endLine": 6, "endColumn": 13}
+    assert run["results"][1]["level"] == "warning" or run["results"][0]["level"] == "warning"
+
+
+def test_fingerprints_survive_unrelated_edits(tmp_path):
+    (tmp_path / "a.py").write_text(BAD)
+    first = json.loads(dplint("--format", "sarif", "a.py", cwd=tmp_path).stdout)["runs"][0]["results"][0]
+    (tmp_path / "a.py").write_text("# a comment above\n\n" + BAD)
+    second = json.loads(dplint("--format", "sarif", "a.py", cwd=tmp_path).stdout)["runs"][0]["results"][0]
+    assert first["partialFingerprints"] == second["partialFingerprints"]
+    assert first["locations"] != second["locations"]
+
+
+def test_gitlab_report_is_stable_across_runs(tmp_path):
+    (tmp_path / "a.py").write_text(BAD + "x.cuda()\n")
+    runs = [json.loads(dplint("--format", "gitlab", "a.py", cwd=tmp_path).stdout) for _ in range(2)]
+    assert runs[0] == runs[1]
+    first, second = runs[0]
+    assert first["check_name"] == "DPL101" and first["severity"] == "major"
+    assert first["location"] == {"path": "a.py", "lines": {"begin": 3}}
+    assert first["fingerprint"] != second["fingerprint"]
+    assert first["description"].startswith("DPL101 `x.to('cuda')` returns")
+
+
+def test_junit_parses_as_xml(tmp_path):
+    (tmp_path / "a.py").write_text(BAD)
+    (tmp_path / "clean.py").write_text(GOOD)
+    suites = ElementTree.fromstring(dplint("--format", "junit", ".", cwd=tmp_path).stdout.split("\n", 1)[1])
+    assert suites.attrib["failures"] == "1"
+    [case] = suites.iter("testcase")
+    assert case.attrib["name"] == "org.dplint.DPL101" and case.attrib["line"] == "3"
+    assert case.find("failure").text.startswith("line 3, col 1, `x.to('cuda')`")
+    clean = ElementTree.fromstring(dplint("--format", "junit", "clean.py", cwd=tmp_path).stdout.split("\n", 1)[1])
+    [passing] = clean.iter("testcase")
+    assert passing.find("failure") is None
+
+
+def test_json_lines_and_output_file(tmp_path):
+    (tmp_path / "a.py").write_text(BAD + "x.cuda()\n")
+    lines = dplint("--format", "json-lines", "a.py", cwd=tmp_path).stdout.splitlines()
+    assert [json.loads(line)["location"]["row"] for line in lines] == [3, 4]
+    result = dplint("--format", "sarif", "-o", "report.sarif", "a.py", cwd=tmp_path)
+    assert result.stdout == "" and result.returncode == 1
+    assert json.loads((tmp_path / "report.sarif").read_text())["version"] == "2.1.0"
+
+
+def test_concise_marks_fixable_findings(tmp_path):
+    (tmp_path / "a.py").write_text("import torch\nx = torch.zeros(3)\nx.to('cuda')\nx.detach().cpu()\n")
+    lines = dplint("a.py", cwd=tmp_path).stdout.splitlines()
+    assert lines[0].startswith("a.py:3:1: DPL101 [*] ") and lines[1].startswith("a.py:4:1: DPL101 `x.detach")
+    assert lines[-1] == "[*] 1 fixable with the `--fix` option."
+
+
+def test_diff_prints_and_writes_nothing(tmp_path):
+    (tmp_path / "a.py").write_text(BAD)
+    result = dplint("--diff", "a.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "-x.to('cuda')\n+x = x.to('cuda')\n" in result.stdout
+    assert "Would fix 1 error." in result.stderr
+    assert (tmp_path / "a.py").read_text() == BAD
+    (tmp_path / "a.py").write_text(GOOD)
+    assert dplint("--diff", "a.py", cwd=tmp_path).returncode == 0
+
+
+def test_fix_preserves_comments_crlf_and_encoding(tmp_path):
+    source = "# -*- coding: latin-1 -*-\r\nimport torch\r\nx = torch.zeros(3)  # caf\xe9\r\nx.to('cuda')  # keep me\r\n"
+    (tmp_path / "a.py").write_bytes(source.encode("latin-1"))
+    result = dplint("--fix", "--show-fixes", "a.py", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "Fixed 1 error (0 remaining)." in result.stderr and "1 × DPL101 (discarded-tensor-move)" in result.stderr
+    assert (tmp_path / "a.py").read_bytes() == source.replace("x.to(", "x = x.to(").encode("latin-1")
+
+
+def test_fix_and_diff_refuse_standard_input(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "dplint", "--fix", "-"], cwd=tmp_path, input=BAD, capture_output=True, text=True
+    )
+    assert result.returncode == 2 and "cannot be used with standard input" in result.stderr
+
+
+def test_rule_reference_is_up_to_date():
+    assert (ROOT / "docs" / "rules.md").read_text() == reference(), "regenerate: python -m dplint.docs docs/rules.md"
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_explain_prints_the_reference_section(rule, tmp_path):
+    assert dplint("--explain", rule.code, cwd=tmp_path).stdout == explain(rule)
+    assert explain(rule, level=2) in reference()
+
+
+def test_pre_commit_hook(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    try:
+        import pre_commit  # noqa: F401
+    except ImportError:
+        pytest.skip("pre-commit is not installed (it comes with the test extra)")
+    repo = tmp_path / "project"
+    repo.mkdir()
+    (repo / "bad.py").write_text(BAD)
+    (repo / "good.py").write_text(GOOD)
+    environment = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "cache"), "GIT_AUTHOR_NAME": "t", "GIT_COMMITTER_NAME": "t",
+                   "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    for command in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-qm", "init"]):
+        subprocess.run(command, cwd=repo, check=True, env=environment)
+
+    def try_repo(name):
+        return subprocess.run(
+            [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), "dplint", "--files", name],
+            cwd=repo, capture_output=True, text=True, env=environment, timeout=900,
+        )
+
+    bad = try_repo("bad.py")
+    if "An unexpected error has occurred" in bad.stdout + bad.stderr:
+        pytest.skip(f"pre-commit could not build the hook's environment here: {(bad.stdout + bad.stderr)[-600:]}")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "bad.py:3:1: DPL101 [*] `x.to('cuda')` returns a moved copy" in bad.stdout
+    good = try_repo("good.py")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "Passed" in good.stdout
