@@ -28,6 +28,10 @@ def dplint(*args, cwd, stdin=None, env=None):
     )
 
 
+def finding_lines(stdout: str):
+    return [line for line in stdout.splitlines() if ": DPL" in line]
+
+
 def write(root: Path, relative: str, text: str) -> Path:
     path = root / relative
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -46,9 +50,10 @@ def test_findings_exit_one_in_concise_format_when_piped(tmp_path):
     write(tmp_path, "bad.py", DISCARDED)
     result = dplint("bad.py", cwd=tmp_path)
     assert result.returncode == 1
-    first, summary = result.stdout.splitlines()
-    assert first.startswith("bad.py:3:1: DPL101 `x.to('cuda')` returns a moved copy")
+    first, summary, fixable = result.stdout.splitlines()
+    assert first.startswith("bad.py:3:1: DPL101 [*] `x.to('cuda')` returns a moved copy")
     assert summary == "Found 1 error in 1 file."
+    assert fixable == "[*] 1 fixable with the `--fix` option."
 
 
 def test_exit_zero(tmp_path):
@@ -110,7 +115,7 @@ def test_stdin_full_format_shows_the_stdin_source(tmp_path):
 
 def test_select_and_ignore_flags(tmp_path):
     write(tmp_path, "bad.py", "import torch, os\nx = torch.zeros(3)\nx.cpu()\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\n")
-    codes = lambda *args: {line.split()[1] for line in dplint(*args, "bad.py", cwd=tmp_path).stdout.splitlines()[:-1]}  # noqa: E731
+    codes = lambda *args: {line.split()[1] for line in finding_lines(dplint(*args, "bad.py", cwd=tmp_path).stdout)}  # noqa: E731
     assert codes() == {"DPL101", "DPL202"}
     assert codes("--select", "DPL2") == {"DPL202"}
     assert codes("--ignore", "DPL101") == {"DPL202"}
@@ -138,7 +143,7 @@ def test_per_file_ignores(tmp_path):
     write(tmp_path, "tests/test_a.py", DISCARDED)
     write(tmp_path, "src/a.py", DISCARDED)
     result = dplint(".", cwd=tmp_path)
-    assert [line.split(":")[0] for line in result.stdout.splitlines()[:-1]] == ["src/a.py"]
+    assert [line.split(":")[0] for line in finding_lines(result.stdout)] == ["src/a.py"]
     result = dplint("--per-file-ignores", "src/*:DPL1", ".", "--no-cache", cwd=tmp_path)
     assert result.returncode == 1 and result.stdout.startswith("tests/test_a.py")
 
@@ -192,7 +197,7 @@ def test_noqa_comments(tmp_path):
         """,
     )
     result = dplint("a.py", cwd=tmp_path)
-    rows = [int(line.split(":")[1]) for line in result.stdout.splitlines()[:-1]]
+    rows = [int(line.split(":")[1]) for line in finding_lines(result.stdout)]
     assert rows == [6, 10]
 
 
@@ -201,7 +206,7 @@ def test_file_level_noqa(tmp_path):
     write(tmp_path, "one.py", "# dplint: noqa: DPL101\n" + DISCARDED)
     write(tmp_path, "other.py", "# dplint: noqa: DPL201\n" + DISCARDED)
     result = dplint(".", cwd=tmp_path)
-    assert [line.split(":")[0] for line in result.stdout.splitlines()[:-1]] == ["other.py"]
+    assert [line.split(":")[0] for line in finding_lines(result.stdout)] == ["other.py"]
 
 
 @pytest.mark.parametrize(
@@ -228,7 +233,7 @@ def test_bad_input_is_reported_and_the_run_goes_on(tmp_path, content, reason):
 
 def test_syntax_error_names_its_line(tmp_path):
     write(tmp_path, "bad.py", "import torch\nx.to('cuda')\ndef f(:\n    pass\n")
-    [line, _] = dplint("bad.py", cwd=tmp_path).stdout.splitlines()
+    [line] = finding_lines(dplint("bad.py", cwd=tmp_path).stdout)
     assert line.startswith("bad.py:3:") and "syntax error" in line
 
 
