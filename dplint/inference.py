@@ -299,7 +299,13 @@ class Inference:
     def _annotation_kind(self, annotation: Optional[cst.Annotation]) -> Optional[Kind]:
         if annotation is None:
             return None
-        qualified = self.ctx.qualify(annotation.annotation)
+        expression = annotation.annotation
+        if isinstance(expression, cst.SimpleString) and isinstance(expression.evaluated_value, str):
+            try:  # a forward reference: `t: "torch.Tensor"`
+                expression = cst.parse_expression(expression.evaluated_value)
+            except cst.ParserSyntaxError:
+                return Kind.OTHER
+        qualified = self.ctx.qualify(expression)
         if qualified in TENSOR_TYPES:
             return Kind.TENSOR
         if qualified is not None and is_module_class_name(qualified):

@@ -140,6 +140,16 @@ DPL101_CASES = {
         """,
         [],
     ),
+    "string annotations are forward references": (
+        """
+        import torch
+        def f(t: "torch.Tensor", m: "torch.nn.Module", u: "Unknown"):
+            t.cuda()
+            m.cuda()
+            u.cuda()
+        """,
+        [(3, "DPL101")],
+    ),
     "a tensor-returning annotated helper": (
         """
         import torch
