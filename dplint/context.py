@@ -14,8 +14,12 @@ T = TypeVar("T")
 
 
 class FileContext:
-    def __init__(self, *, path: str, source: str, module: cst.Module, project: ProjectFacts, package: str) -> None:
+    def __init__(
+        self, *, path: str, filename: str, source: str, module: cst.Module, project: ProjectFacts, module_name: str, package: str
+    ) -> None:
         self.path = path
+        self.filename = filename
+        self.module_name = module_name
         self.source = source
         self.module = module
         self.project = project

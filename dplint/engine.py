@@ -184,7 +184,15 @@ def check_file(source: SourceFile, text: Optional[str], settings: Settings, proj
 def run_rules(source: SourceFile, text: str, module, rules: Sequence[Rule], project: ProjectFacts) -> FileResult:
     from dplint.context import FileContext
 
-    ctx = FileContext(path=source.path, source=text, module=module, project=project, package=source.package)
+    ctx = FileContext(
+        path=source.path,
+        filename=source.filename,
+        source=text,
+        module=module,
+        project=project,
+        module_name=source.module_name,
+        package=source.package,
+    )
     suppressions = Suppressions(text)
     findings: List[Finding] = []
     errors: List[InternalError] = []

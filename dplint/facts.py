@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -48,6 +49,24 @@ class Wrap:
     dim: Optional[int]
     path: str
     line: int
+    # The module the wrapping file takes the class from (None: not resolvable), and that file's folder.
+    module: Optional[str] = None
+    directory: str = ""
+
+    def can_mean(self, module_name: str, filename: str) -> bool:
+        """Whether the wrapped class can be the one of that name defined in `module_name` (at `filename`).
+
+        Package roots differ between how the tree is linted and how it runs, so either dotted name may
+        be a suffix of the other; `from models import CRNN` may re-export `models.crnn.CRNN`. Two
+        top-level script modules are the same only side by side: Python finds `model.py` beside the script.
+        """
+        if self.module is None:
+            return True
+        wrapped, defined = self.module.split("."), module_name.split(".")
+        if len(wrapped) == 1 and len(defined) == 1:
+            return wrapped == defined and os.path.dirname(os.path.abspath(filename)) == self.directory
+        shorter = min(len(wrapped), len(defined))
+        return wrapped[-shorter:] == defined[-shorter:] or defined[: len(wrapped)] == wrapped
 
 
 @dataclass(frozen=True)
@@ -133,7 +152,7 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str) -> 
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return FileFacts(module_name, imports, classes)
-    visitor = _WrapVisitor(path)
+    visitor = _WrapVisitor(path, module_name, package, {info.name for info in classes})
     visitor.visit(tree)
     return FileFacts(module_name, imports, classes, tuple(visitor.wraps))
 
@@ -191,8 +210,12 @@ def _ast_dotted(node: ast.AST) -> Optional[str]:
 class _WrapVisitor(ast.NodeVisitor):
     """Finds `DataParallel(X(...))` and, through the assignments of the enclosing scope, `DataParallel(x)`."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, module_name: str, package: str, local_classes: Set[str]) -> None:
         self.path = path
+        self.directory = os.path.dirname(os.path.abspath(path))
+        self.module_name = module_name
+        self.package = package
+        self.local_classes = local_classes
         self.aliases: Dict[str, str] = {}
         self.wraps: List[Wrap] = []
         # Per open scope: its assignments, and the wrap calls to resolve once the whole scope is read.
@@ -215,8 +238,8 @@ class _WrapVisitor(ast.NodeVisitor):
                 self.aliases[top] = top
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = _absolute(self.package, "." * node.level, node.module or "")
         for alias in node.names:
-            base = node.module or ""
             self.aliases[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
 
     def _visit_scope(self, node: ast.AST) -> None:
@@ -224,8 +247,8 @@ class _WrapVisitor(ast.NodeVisitor):
         self.generic_visit(node)
         # Resolved at the end of the scope, so a wrap may name a model assigned after it.
         for call in self.scopes[-1][1]:
-            for class_name in self._wrapped_classes(call.args[0], depth=0):
-                self.wraps.append(Wrap(class_name, self._dim(call), self.path, call.lineno))
+            for class_name, module in self._wrapped_classes(call.args[0], depth=0):
+                self.wraps.append(Wrap(class_name, self._dim(call), self.path, call.lineno, module, self.directory))
         self.scopes.pop()
 
     visit_Module = visit_FunctionDef = visit_AsyncFunctionDef = _visit_scope
@@ -249,7 +272,8 @@ class _WrapVisitor(ast.NodeVisitor):
             return _int_literal(node.args[3])
         return 0
 
-    def _wrapped_classes(self, node: ast.AST, depth: int) -> Iterable[str]:
+    def _wrapped_classes(self, node: ast.AST, depth: int) -> Iterable[Tuple[str, Optional[str]]]:
+        """(class name, the module it comes from) for each class `node` may be an instance of."""
         if depth > 3:
             return
         if isinstance(node, ast.Call):
@@ -259,7 +283,10 @@ class _WrapVisitor(ast.NodeVisitor):
                 return
             qualified = self.qualify(func)
             if qualified and not is_torch_module(qualified):
-                yield qualified.rpartition(".")[2]
+                module, _, name = qualified.rpartition(".")
+                if isinstance(func, ast.Name) and func.id not in self.aliases:
+                    module = self.module_name if func.id in self.local_classes else ""
+                yield name, module or None
         elif isinstance(node, ast.Name):
             for scope, _ in reversed(self.scopes):
                 if node.id in scope:

@@ -455,9 +455,10 @@ class BatchDimMovedInForward(Rule):
 
     ## Known problems
     Only literal dimensions are followed; a reshape, a call to a helper method or a dimension held in
-    a variable ends the tracking (silently). Wrapped classes are matched by class name, so two
-    classes of the same name in the linted tree are treated as one. Classes wrapped only through a
-    factory (`DataParallel(build_model(cfg))`) are not known to be wrapped.
+    a variable ends the tracking (silently). A wrapped class is matched to its definition through the
+    wrapping file's imports; a name that cannot be resolved (a star import) matches every class of
+    that name. Classes wrapped only through a factory (`DataParallel(build_model(cfg))`) are not
+    known to be wrapped.
     """
 
     code = "DPL301"
@@ -603,7 +604,11 @@ class BatchDimMovedInForward(Rule):
         inference: Inference = ctx.memo("inference", lambda: Inference(ctx))
         reported = set()
         for class_name, model in inference.classes.items():
-            wraps = [wrap for wrap in ctx.project.wrapped.get(class_name, ()) if wrap.dim is not None]
+            wraps = [
+                wrap
+                for wrap in ctx.project.wrapped.get(class_name, ())
+                if wrap.dim is not None and (wrap.class_name != class_name or wrap.can_mean(ctx.module_name, ctx.filename))
+            ]
             forward = next(
                 (s for s in block_body(model.node.body) if isinstance(s, cst.FunctionDef) and s.name.value == "forward"),
                 None,

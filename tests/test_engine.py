@@ -146,3 +146,35 @@ def test_installed_package_resolves_rules_from_anywhere(tmp_path):
     probe = "import importlib.util, dplint.rules; print(importlib.util.find_spec('rules')); print(sorted(dplint.rules.BY_CODE)[1])"
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
     assert result.stdout.split() == ["None", "DPL101"], result.stderr
+
+
+MOVED = """
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x.transpose(0, 1)
+"""
+
+
+def test_same_class_name_in_two_experiments_is_not_confused(tmp_path):
+    write(tmp_path, "exp1/model.py", MOVED)
+    write(tmp_path, "exp1/train.py", "import torch.nn as nn\nfrom model import Model\nnet = nn.DataParallel(Model())\n")
+    write(tmp_path, "exp2/model.py", MOVED)  # never wrapped
+    write(tmp_path, "exp2/train.py", "from model import Model\nnet = Model()\n")
+    write(tmp_path, "exp3/net.py", MOVED + "\nmodel = nn.DataParallel(Model())\n")  # wrapped where it is defined
+    assert [(f.path, f.code) for f in lint(tmp_path, cache=False).findings] == [
+        (os.path.join("exp1", "model.py"), "DPL301"),
+        (os.path.join("exp3", "net.py"), "DPL301"),
+    ]
+
+
+def test_wrapped_class_resolved_through_package_reexports_and_relative_imports(tmp_path):
+    write(tmp_path, "proj/__init__.py", "")
+    write(tmp_path, "proj/models/__init__.py", "from .crnn import CRNN\n")
+    write(tmp_path, "proj/models/crnn.py", CRNN)
+    write(tmp_path, "proj/train.py", "import torch.nn as nn\nfrom .models import CRNN\nmodel = nn.DataParallel(CRNN())\n")
+    write(tmp_path, "proj/other/crnn.py", CRNN)  # same name, another package, never imported by the wrapper
+    assert [(f.path, f.code) for f in lint(tmp_path, cache=False).findings] == [
+        (os.path.join("proj", "models", "crnn.py"), "DPL301")
+    ]
