@@ -9,6 +9,7 @@ from dplint.rules.batch_dim_moved import BatchDimMovedInForward
 from dplint.rules.cuda_visible_devices import CudaVisibleDevicesAfterCudaInit, CudaVisibleDevicesAfterTorchImport
 from dplint.rules.discarded_tensor_move import DiscardedTensorMove
 from dplint.rules.forward_mutates_module_state import ForwardMutatesModuleState
+from dplint.rules.invalid_device_string import InvalidDeviceString
 from dplint.rules.module_off_primary_device import ModuleOffPrimaryDevice
 from dplint.rules.parse_error import ParseError
 from dplint.rules.scalar_output_from_forward import ScalarOutputFromForward
@@ -18,6 +19,7 @@ from dplint.rules.uneven_batch import UnevenBatch
 # Rules that run on a parsed file, in code order. DPL000 is produced by the engine itself.
 CHECKS: List[Type[Rule]] = [
     DiscardedTensorMove,
+    InvalidDeviceString,
     CudaVisibleDevicesAfterCudaInit,
     CudaVisibleDevicesAfterTorchImport,
     BatchDimMovedInForward,

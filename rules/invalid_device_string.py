@@ -1,0 +1,234 @@
+from __future__ import annotations
+
+import re
+from typing import Iterator, Optional, Tuple
+
+import libcst as cst
+
+from dplint.context import FileContext
+from dplint.names import iter_small_statements
+from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
+
+# c10/core/Device.cpp parses "type[:index]" with this grammar; the type is case-sensitive.
+DEVICE = re.compile(r"(?P<type>[a-zA-Z_]+)(?::(?P<index>[1-9]\d*|0))?")
+DEVICE_TYPES = frozenset(
+    "cpu cuda mps xpu xla meta hpu ipu mtia hip ve fpga maia vulkan metal ideep mkldnn opengl opencl lazy "
+    "privateuseone".split()
+)
+# In `.to("…")`, only strings that look like devices are checked: pint's `q.to("meter")` is not one.
+DEVICE_LIKE = re.compile(r"cuda|cpu|gpu|mps|xpu|^\s*-?\d+\s*$", re.I)
+DEVICE_KEYWORDS = frozenset({"device", "map_location"})
+
+
+def is_valid(text: str) -> bool:
+    match = DEVICE.fullmatch(text)
+    return match is not None and match.group("type") in DEVICE_TYPES
+
+
+def suggestion(text: str) -> Tuple[Optional[str], str]:
+    """What the string most likely meant, and whether rewriting to it is "safe" or "unsafe"."""
+    squeezed = re.sub(r"\s+", "", text).lower()
+    if is_valid(squeezed):
+        return squeezed, "safe"  # only spaces or case were wrong
+    gpu = re.fullmatch(r"gpu(:\d+)?", squeezed)
+    if gpu:
+        return "cuda" + (gpu.group(1) or ""), "unsafe"  # "gpu" usually means CUDA, but could mean mps
+    if re.fullmatch(r"\d+", squeezed):
+        return f"cuda:{int(squeezed)}", "unsafe"
+    return None, ""
+
+
+class InvalidDeviceString(Rule):
+    """
+    ## What it does
+    Checks literal device strings passed to `torch.device`, `.to`, `.cuda`, or a `device=` /
+    `map_location=` argument of a torch function for strings torch rejects: `"cuda: 0"`,
+    `"cuda:0 "`, `"CUDA:0"`, `"gpu"`, `"gpu:0"`, `"0"`, `"cuda:-1"`, and f-strings whose constant
+    part is already invalid (`f"cuda: {rank}"`).
+
+    ## Why is this bad?
+    torch parses device strings strictly (`type[:index]`, lowercase, no spaces) and raises
+    `RuntimeError: Invalid device string`. The typo usually sits on the path that runs only when a
+    GPU is present (`"cuda: 0" if torch.cuda.is_available() else "cpu"`), so every CPU test passes
+    and the job fails on the GPU node, after its wait in the queue.
+
+    ## Example
+    ```python
+    device = torch.device("cuda: 0" if torch.cuda.is_available() else "cpu")
+    ```
+
+    ## Use instead
+    ```python
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    ```
+
+    ## Fix safety
+    Removing spaces or lowering the case of a valid device type is safe. `"gpu"` → `"cuda"` and
+    `"0"` → `"cuda:0"` are offered as unsafe fixes: the intent is likely, not certain.
+
+    ## Known problems
+    Only literals written at the call are checked; a device string held in a variable is not
+    followed. In `.to(...)`, strings that do not look like a device at all are left alone, since
+    other libraries have `.to()` methods too (`quantity.to("meter")`).
+    """
+
+    code = "DPL102"
+    name = "invalid-device-string"
+    summary = "A device string that torch rejects (`\"cuda: 0\"`, `\"gpu\"`, `\"CUDA:0\"`)."
+    # Only sloppy device-like strings: spaces, capitals, "gpu", negative or bare indices.
+    triggers = re.compile(
+        r"""["'](?:\s+(?:cuda|cpu|mps)|(?:cuda|cpu|mps|xpu)(?:\s|:\s|:-)|(?:gpu|GPU|Gpu|CUDA|Cuda|CPU|Cpu|MPS)(?::\d+)?["'])"""
+        r"""|(?:\.to|\.cuda|device|map_location)\s*[=(]\s*["']\s*-?\d"""
+    )
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+            x = torch.zeros(3, device="cuda")
+            y = x.to(f"cuda:{rank}")
+            """
+        ),
+        Valid(
+            """
+            distance = quantity.to("meter")  # pint, not torch
+            label = "cuda: 0 is busy"  # a string that is not used as a device
+            """
+        ),
+        Valid(
+            """
+            import lightgbm
+            model = lightgbm.LGBMClassifier(device="gpu")  # not a torch call
+            """
+        ),
+        Valid(
+            """
+            import torch
+            state = torch.load("ckpt.pt", map_location="cpu")
+            x = torch.ones(2).to("mps").to(torch.float16)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            device = torch.device("cuda: 0" if torch.cuda.is_available() else "cpu")
+            """,
+            line=2,
+            expected_fix="""
+            import torch
+            device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            x = torch.zeros(3, device="CUDA:0")
+            """,
+            line=2,
+            expected_fix="""
+            import torch
+            x = torch.zeros(3, device="cuda:0")
+            """,
+        ),
+        Invalid(
+            """
+            def move(batch):
+                return batch.to("gpu")
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            import torch
+            x = torch.ones(2).cuda(f"cuda: {rank}")
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            import torch
+            state = torch.load("ckpt.pt", map_location="cuda:-1")
+            """,
+            line=2,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        for statement in iter_small_statements(ctx.module.body):
+            for call in _calls(statement):
+                for argument, must_look_like_device in self._device_arguments(ctx, call):
+                    report = self._check_argument(ctx, argument, must_look_like_device, statement)
+                    if report is not None:
+                        yield report
+
+    @staticmethod
+    def _device_arguments(ctx: FileContext, call: cst.Call) -> Iterator[Tuple[cst.BaseExpression, bool]]:
+        """The call's arguments that are devices, each with whether it must look like a device first."""
+        qualified = ctx.qualify(call.func)
+        method = call.func.attr.value if isinstance(call.func, cst.Attribute) and qualified is None else None
+        positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+        if qualified == "torch.device" and positional:
+            yield positional[0].value, False
+        elif method in ("to", "cuda") and positional:
+            yield positional[0].value, True
+        for arg in call.args:
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if keyword in DEVICE_KEYWORDS and (method in ("to", "cuda") or (qualified or "").startswith("torch.")):
+                yield arg.value, method is not None
+
+    def _check_argument(self, ctx: FileContext, node: cst.BaseExpression, must_look_like_device: bool, statement) -> Optional[Report]:
+        for string in _strings(node):
+            if isinstance(string, cst.SimpleString):
+                text = string.evaluated_value
+                if not isinstance(text, str) or is_valid(text):
+                    continue
+                if must_look_like_device and not DEVICE_LIKE.search(text):
+                    continue
+                return self._report(ctx, string, text, statement)
+            head = string.parts[0] if string.parts else None
+            if isinstance(head, cst.FormattedStringText) and len(string.parts) > 1:
+                prefix = head.value
+                kind = prefix.split(":")[0]
+                if ":" in prefix and (prefix != prefix.strip() or " " in prefix or not is_valid(kind)):
+                    return self._report(ctx, string, prefix + "{…}", statement)
+        return None
+
+    @staticmethod
+    def _report(ctx: FileContext, string: cst.BaseExpression, text: str, statement) -> Report:
+        fixed, applicability = suggestion(text) if isinstance(string, cst.SimpleString) else (None, "")
+        write = f' write `"{fixed}"`.' if fixed else " use `type[:index]` with a lowercase type and no spaces, e.g. `\"cuda:0\"`."
+        fix = None
+        if fixed is not None and isinstance(string, cst.SimpleString) and text in string.value:
+            quote_start = len(string.prefix) + len(string.quote)
+            literal = string.value[:quote_start] + fixed + string.value[len(string.value) - len(string.quote) :]
+            fix = FixSpec(f'Replace with "{fixed}"', (NodeEdit(string, literal),), applicability)
+        return Report(
+            node=string,
+            message=(
+                f'`{ctx.short_code(string)}` is not a device string torch accepts (it raises "Invalid device string"), '
+                "and such a typo usually sits on the branch that runs only on a GPU machine, so CPU tests never see "
+                f"it;{write}"
+            ),
+            help=f'Write `"{fixed}"`.' if fixed else 'Use `type[:index]`: lowercase, no spaces, e.g. `"cuda:0"`.',
+            fix=fix,
+            statement=statement,
+        )
+
+
+def _strings(node: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    """The string literals an argument may evaluate to (both branches of a conditional expression)."""
+    if isinstance(node, (cst.SimpleString, cst.FormattedString)):
+        yield node
+    elif isinstance(node, cst.IfExp):
+        yield from _strings(node.body)
+        yield from _strings(node.orelse)
+
+
+def _calls(node: cst.CSTNode) -> Iterator[cst.Call]:
+    if isinstance(node, cst.Call):
+        yield node
+    for child in node.children:
+        yield from _calls(child)
