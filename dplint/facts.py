@@ -318,6 +318,10 @@ class ProjectFacts:
             torch_modules=_torch_importers(files),
         )
 
+    def wraps_any(self, class_names: Iterable[str]) -> bool:
+        """Whether DataParallel runs the `forward` of any of these classes (by name: a cheap prefilter)."""
+        return any(name in self.wrapped for name in class_names)
+
     def imports_torch(self, module: str) -> bool:
         """Whether `import module` imports torch (importing `a.b` runs `a/__init__.py` and `a/b.py`)."""
         return is_torch_module(module) or any(prefix in self.torch_modules for prefix in _prefixes(module))

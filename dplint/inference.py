@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
 from dplint.context import FileContext
+from dplint.facts import Wrap
 from dplint.names import Body, block_body, child_blocks, dotted
 
 
@@ -409,6 +410,20 @@ class Inference:
             return result
         finally:
             self._in_progress.discard(key)
+
+    def wrapped_forwards(self) -> Iterator[Tuple[str, cst.FunctionDef, Scope, List[Wrap]]]:
+        """Each `forward` of this file that runs under `nn.DataParallel`, with its scope and the wraps."""
+        for class_name, model in self.classes.items():
+            wraps = [
+                wrap
+                for wrap in self.ctx.project.wrapped.get(class_name, ())
+                if wrap.class_name != class_name or wrap.can_mean(self.ctx.module_name, self.ctx.filename)
+            ]
+            if not wraps:
+                continue
+            for statement in block_body(model.node.body):
+                if isinstance(statement, cst.FunctionDef) and statement.name.value == "forward":
+                    yield class_name, statement, self._scope_of_function[statement], wraps
 
     @staticmethod
     def self_attribute_is_parameter(attr: str, scope: Scope) -> bool:

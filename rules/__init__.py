@@ -23,12 +23,12 @@ CHECKS: List[Type[Rule]] = [
     CudaVisibleDevicesAfterCudaInit,
     CudaVisibleDevicesAfterTorchImport,
     BatchDimMovedInForward,
+    ForwardMutatesModuleState,
+    ScalarOutputFromForward,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [
     ModuleOffPrimaryDevice,
-    ForwardMutatesModuleState,
-    ScalarOutputFromForward,
     UnevenBatch,
     SingleDeviceDataParallel,
 ]

@@ -598,23 +598,13 @@ class BatchDimMovedInForward(Rule):
     ]
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
-        return any(name in project.wrapped for name in module_classes) and super().applies_to(text, module_classes, project)
+        return project.wraps_any(module_classes) and super().applies_to(text, module_classes, project)
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         inference: Inference = ctx.memo("inference", lambda: Inference(ctx))
         reported = set()
-        for class_name, model in inference.classes.items():
-            wraps = [
-                wrap
-                for wrap in ctx.project.wrapped.get(class_name, ())
-                if wrap.dim is not None and (wrap.class_name != class_name or wrap.can_mean(ctx.module_name, ctx.filename))
-            ]
-            forward = next(
-                (s for s in block_body(model.node.body) if isinstance(s, cst.FunctionDef) and s.name.value == "forward"),
-                None,
-            )
-            if not wraps or forward is None:
-                continue
+        for class_name, forward, _, all_wraps in inference.wrapped_forwards():
+            wraps = [wrap for wrap in all_wraps if wrap.dim is not None]
             for layout, returned in ForwardLayouts(ctx, inference, class_name, forward).run():
                 wrong = [wrap for wrap in wraps if wrap.dim != layout.batch_dim]
                 if layout.mover is None or not wrong or layout.mover in reported:

@@ -272,7 +272,7 @@ def test_explain_and_list_rules(tmp_path):
     assert [line.split()[0] for line in listing] == [
         "DPL000", "DPL101", "DPL102", "DPL103", "DPL201", "DPL202", "DPL301", "DPL304", "DPL305", "DPL306", "DPL307"
     ]
-    assert "runtime" in listing[3].split()
+    assert "runtime" in listing[3].split() and "on" in listing[7].split()
     rows = json.loads(dplint("--list-rules", "--format", "json", cwd=tmp_path).stdout)
     assert {row["code"]: row["severity"] for row in rows}["DPL202"] == "warning"
 
