@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, Optional, Sequence, Tuple
 
 import libcst as cst
 
 from dplint.context import FileContext
+from dplint.facts import ProjectFacts
 from dplint.names import iter_small_statements
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
@@ -75,11 +76,7 @@ class InvalidDeviceString(Rule):
     code = "DPL102"
     name = "invalid-device-string"
     summary = "A device string that torch rejects (`\"cuda: 0\"`, `\"gpu\"`, `\"CUDA:0\"`)."
-    # Only sloppy device-like strings: spaces, capitals, "gpu", negative or bare indices.
-    triggers = re.compile(
-        r"""["'](?:\s+(?:cuda|cpu|mps)|(?:cuda|cpu|mps|xpu)(?:\s|:\s|:-)|(?:gpu|GPU|Gpu|CUDA|Cuda|CPU|Cpu|MPS)(?::\d+)?["'])"""
-        r"""|(?:\.to|\.cuda|device|map_location)\s*[=(]\s*["']\s*-?\d"""
-    )
+    triggers = re.compile(r"(?:device|\.to|\.cuda|map_location)\s*[=(]([^\n]*)")
 
     VALID = [
         Valid(
@@ -156,6 +153,18 @@ class InvalidDeviceString(Rule):
         ),
     ]
 
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        """Whether a line with a device context (`device=`, `.to(`, …) holds an invalid device-like string."""
+        for context in self.triggers.finditer(text):
+            for literal in _LITERAL.finditer(context.group(1)):
+                content = literal.group("content")
+                if literal.group("f"):
+                    if _invalid_fstring_prefix(content.split("{")[0]) and "{" in content:
+                        return True
+                elif DEVICE_LIKE.search(content) and not is_valid(content):
+                    return True
+        return False
+
     def check(self, ctx: FileContext) -> Iterator[Report]:
         for statement in iter_small_statements(ctx.module.body):
             for call in _calls(statement):
@@ -189,11 +198,8 @@ class InvalidDeviceString(Rule):
                     continue
                 return self._report(ctx, string, text, statement)
             head = string.parts[0] if string.parts else None
-            if isinstance(head, cst.FormattedStringText) and len(string.parts) > 1:
-                prefix = head.value
-                kind = prefix.split(":")[0]
-                if ":" in prefix and (prefix != prefix.strip() or " " in prefix or not is_valid(kind)):
-                    return self._report(ctx, string, prefix + "{…}", statement)
+            if isinstance(head, cst.FormattedStringText) and len(string.parts) > 1 and _invalid_fstring_prefix(head.value):
+                return self._report(ctx, string, head.value + "{…}", statement)
         return None
 
     @staticmethod
@@ -216,6 +222,15 @@ class InvalidDeviceString(Rule):
             fix=fix,
             statement=statement,
         )
+
+
+_LITERAL = re.compile(r"""(?P<f>\b[fF])?(?P<quote>["'])(?P<content>[^"'\n]{0,24})(?P=quote)""")
+
+
+def _invalid_fstring_prefix(prefix: str) -> bool:
+    """`f"cuda: {i}"`, `f"gpu:{i}"`: the constant part before the index is already wrong."""
+    kind = prefix.split(":")[0]
+    return ":" in prefix and (" " in prefix or not is_valid(kind))
 
 
 def _strings(node: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
