@@ -37,7 +37,7 @@ def test_github_format_with_awkward_path_and_message(tmp_path):
     folder = tmp_path / "we,ird:100%"
     folder.mkdir()
     (folder / "m.py").write_text("import torch\nx = torch.zeros(3)\nx.to('cuda:1,%')\n")
-    result = dplint("--format", "github", ".", cwd=tmp_path, env={"GITHUB_WORKSPACE": str(tmp_path)})
+    result = dplint("--select", "DPL101", "--format", "github", ".", cwd=tmp_path, env={"GITHUB_WORKSPACE": str(tmp_path)})
     [line] = result.stdout.splitlines()
     assert line.startswith(
         "::error title=dplint (DPL101),file=we%2Cird%3A100%25/m.py,line=3,col=1,endLine=3,endColumn=17::"
