@@ -543,3 +543,87 @@ class _CallCollector(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name) and node.func.value in self.names:
             self.sites.setdefault(node.func.value, []).append((node, self.stack[-1]))
+
+
+# torch.nn.functional losses whose default reduction ("mean") returns a 0-dim tensor.
+FUNCTIONAL_LOSSES = frozenset({"cross_entropy", "kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits"})
+REDUCTIONS = frozenset({"mean", "sum"})
+
+
+class ScalarLosses:
+    """Why an expression in `forward` is a 0-dim tensor, if it is one."""
+
+    def __init__(self, ctx: FileContext, scope: Scope, model: Optional[ClassModel] = None) -> None:
+        self.ctx = ctx
+        self.model = model
+        self.scope = scope
+
+    def reason(self, expr: cst.BaseExpression, depth: int = 0) -> Optional[str]:
+        if depth > 6:
+            return None
+        if isinstance(expr, cst.Name):
+            bindings = self.scope.bindings.get(expr.value, [])
+            reasons = [self.reason(b.value, depth + 1) if b.value is not None and not b.augmented else None for b in bindings]
+            return reasons[0] if reasons and all(reasons) else None
+        if isinstance(expr, cst.BinaryOperation):
+            left, right = self.reason(expr.left, depth + 1), self.reason(expr.right, depth + 1)
+            if left and right:
+                return left
+            other = expr.right if left else expr.left
+            return (left or right) if isinstance(other, (cst.Integer, cst.Float)) else None
+        if isinstance(expr, cst.UnaryOperation):
+            return self.reason(expr.expression, depth + 1)
+        if isinstance(expr, cst.Call):
+            return self._call(expr)
+        return None
+
+    def _call(self, call: cst.Call) -> Optional[str]:
+        reduction = _reduction(call)
+        qualified = self.ctx.qualify(call.func)
+        if qualified is not None:
+            module, _, name = qualified.rpartition(".")
+            if module == "torch.nn.functional" and (name.endswith("_loss") or name in FUNCTIONAL_LOSSES):
+                return f"`F.{name}` with reduction={reduction!r}" if reduction in REDUCTIONS else None
+            if module == "torch" and name in REDUCTIONS and _reduces_everything(call, first_is_input=True):
+                return f"`torch.{name}` without `dim`"
+            return None
+        func = call.func
+        if isinstance(func, cst.Name):  # `criterion(outputs, labels)` with `criterion = nn.CrossEntropyLoss()`
+            return self._criterion(self.scope.bindings.get(func.value, []))
+        if not isinstance(func, cst.Attribute):
+            return None
+        if func.attr.value in REDUCTIONS and _reduces_everything(call, first_is_input=False):
+            return f"`.{func.attr.value}()` without `dim`"
+        if isinstance(func.value, cst.Name) and func.value.value == self.scope.self_name and self.model is not None:
+            return self._criterion([binding for binding, _ in self.model.attributes.get(func.attr.value, [])])
+        return None
+
+    def _criterion(self, bindings: List[Binding]) -> Optional[str]:
+        """A call of a criterion built as `nn.SomeLoss()` with a reducing `reduction`."""
+        values = [binding.value for binding in bindings]
+        if not values or not all(isinstance(v, cst.Call) for v in values):
+            return None
+        names = [self.ctx.qualify(v.func) or "" for v in values]  # type: ignore[union-attr]
+        if not all(n.startswith("torch.nn.") and n.endswith("Loss") for n in names):
+            return None
+        if not all(_reduction(v) in REDUCTIONS for v in values):  # type: ignore[arg-type]
+            return None
+        return f"`{names[0].rpartition('.')[2]}` with reduction={_reduction(values[0])!r}"  # type: ignore[arg-type]
+
+
+def _reduction(call: cst.Call) -> Optional[str]:
+    """The call's `reduction=` as a string ("mean" when absent); None when it is not a literal."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "reduction":
+            value = arg.value.evaluated_value if isinstance(arg.value, cst.SimpleString) else None
+            return value if isinstance(value, str) else None
+    return "mean"
+
+
+def _reduces_everything(call: cst.Call, first_is_input: bool) -> bool:
+    """`x.sum()`, `torch.mean(x)`: no `dim`, positional or keyword."""
+    positional = [arg for arg in call.args if arg.keyword is None]
+    allowed = 1 if first_is_input else 0
+    return len(positional) <= allowed and not any(arg.star for arg in call.args) and not any(
+        arg.keyword is not None and arg.keyword.value in ("dim", "axis") for arg in call.args
+    )

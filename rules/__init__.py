@@ -9,7 +9,9 @@ from dplint.rules.batch_dim_moved import BatchDimMovedInForward
 from dplint.rules.cuda_visible_devices import CudaVisibleDevicesAfterCudaInit, CudaVisibleDevicesAfterTorchImport
 from dplint.rules.discarded_tensor_move import DiscardedTensorMove
 from dplint.rules.forward_mutates_module_state import ForwardMutatesModuleState
+from dplint.rules.accumulated_loss_tensor import AccumulatedLossTensor
 from dplint.rules.invalid_device_string import InvalidDeviceString
+from dplint.rules.loss_data_index import LossDataIndex
 from dplint.rules.module_off_primary_device import ModuleOffPrimaryDevice
 from dplint.rules.parse_error import ParseError
 from dplint.rules.scalar_output_from_forward import ScalarOutputFromForward
@@ -25,6 +27,8 @@ CHECKS: List[Type[Rule]] = [
     BatchDimMovedInForward,
     ForwardMutatesModuleState,
     ScalarOutputFromForward,
+    LossDataIndex,
+    AccumulatedLossTensor,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [
