@@ -35,6 +35,14 @@ def iter_small_statements(body: Body, *, into_functions: bool = True) -> Iterato
                 yield from iter_small_statements(block, into_functions=into_functions)
 
 
+def iter_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
+    """Every call inside a node (a small statement, an expression), outermost first."""
+    if isinstance(node, cst.Call):
+        yield node
+    for child in node.children:
+        yield from iter_calls(child)
+
+
 def child_blocks(statement: cst.BaseCompoundStatement) -> Iterator[Body]:
     """The statement lists directly inside a compound statement (bodies, else/except/finally)."""
     if isinstance(statement, cst.Match):

@@ -10,6 +10,7 @@ from dplint.rules.cuda_visible_devices import CudaVisibleDevicesAfterCudaInit, C
 from dplint.rules.discarded_tensor_move import DiscardedTensorMove
 from dplint.rules.forward_mutates_module_state import ForwardMutatesModuleState
 from dplint.rules.accumulated_loss_tensor import AccumulatedLossTensor
+from dplint.rules.hard_coded_device_in_forward import HardCodedDeviceInForward
 from dplint.rules.invalid_device_string import InvalidDeviceString
 from dplint.rules.loss_data_index import LossDataIndex
 from dplint.rules.module_off_primary_device import ModuleOffPrimaryDevice
@@ -22,6 +23,7 @@ from dplint.rules.uneven_batch import UnevenBatch
 CHECKS: List[Type[Rule]] = [
     DiscardedTensorMove,
     InvalidDeviceString,
+    HardCodedDeviceInForward,
     CudaVisibleDevicesAfterCudaInit,
     CudaVisibleDevicesAfterTorchImport,
     BatchDimMovedInForward,

@@ -7,7 +7,7 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.facts import ProjectFacts
-from dplint.names import iter_small_statements
+from dplint.names import iter_calls, iter_small_statements
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 # c10/core/Device.cpp parses "type[:index]" with this grammar; the type is case-sensitive.
@@ -167,7 +167,7 @@ class InvalidDeviceString(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         for statement in iter_small_statements(ctx.module.body):
-            for call in _calls(statement):
+            for call in iter_calls(statement):
                 for argument, must_look_like_device in self._device_arguments(ctx, call):
                     report = self._check_argument(ctx, argument, must_look_like_device, statement)
                     if report is not None:
@@ -241,9 +241,3 @@ def _strings(node: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
         yield from _strings(node.body)
         yield from _strings(node.orelse)
 
-
-def _calls(node: cst.CSTNode) -> Iterator[cst.Call]:
-    if isinstance(node, cst.Call):
-        yield node
-    for child in node.children:
-        yield from _calls(child)

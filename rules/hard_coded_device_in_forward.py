@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+import re
+from typing import Iterator, Optional, Sequence
+
+import libcst as cst
+
+from dplint.context import FileContext
+from dplint.facts import ProjectFacts
+from dplint.inference import Inference
+from dplint.names import block_body, iter_calls, iter_small_statements
+from dplint.rule import Invalid, Report, Rule, Valid
+
+INDEXED_DEVICE = re.compile(r"cuda:\d+")
+
+
+class HardCodedDeviceInForward(Rule):
+    """
+    ## What it does
+    Checks `forward` of `nn.Module` subclasses wrapped in `nn.DataParallel` somewhere in the linted
+    tree for tensors created on or moved to a literal device index: `device="cuda:0"`, `.cuda(0)`,
+    `.to("cuda:1")`, `.to(0)`, `torch.device("cuda", 1)`.
+
+    ## Why is this bad?
+    DataParallel runs a replica of the module on every GPU, each inside `torch.cuda.device(k)`. A
+    literal index sends every replica's tensor to the same GPU: replica 1 computes with its input on
+    GPU 1 and the new tensor on GPU 0, and fails with "Expected all tensors to be on the same
+    device" (or silently funnels work and memory through one GPU). On one GPU it works.
+
+    ## Example
+    ```python
+    def forward(self, x):
+        mask = torch.ones(x.size(0), device="cuda:0")
+        return x * mask
+    ```
+
+    ## Use instead
+    ```python
+    def forward(self, x):
+        mask = torch.ones(x.size(0), device=x.device)  # or a registered buffer
+        return x * mask
+    ```
+    `.cuda()` and `device="cuda"` without an index follow the current device and are fine.
+
+    ## Known problems
+    Only literal indices are reported, and only in classes known to be wrapped: manual model
+    parallelism (`x.to("cuda:1")` between stages) in an unwrapped module is legitimate.
+    """
+
+    code = "DPL104"
+    name = "hard-coded-device-in-forward"
+    summary = "`forward` of a DataParallel-wrapped module puts tensors on a literal GPU index."
+    triggers = re.compile(r"cuda:\d|\.cuda\(\s*\d|\.to\(\s*\d|device\(")
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def forward(self, x):
+                    mask = torch.ones(x.size(0), device=x.device)
+                    bias = torch.zeros(1).cuda()  # the current device: each replica's own
+                    return x * mask + bias.to("cuda")
+
+            model = nn.DataParallel(Net())
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+
+            class TwoStage(nn.Module):  # manual model parallelism, not wrapped in DataParallel
+                def __init__(self):
+                    super().__init__()
+                    self.first = nn.Linear(8, 8).to("cuda:0")
+                    self.second = nn.Linear(8, 2).to("cuda:1")
+
+                def forward(self, x):
+                    return self.second(self.first(x.to("cuda:0")).to("cuda:1"))
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.anchor = torch.zeros(4).to("cuda:0")  # __init__, not forward (DPL103's business)
+
+                def forward(self, x):
+                    return x
+
+            model = nn.DataParallel(Net())
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def forward(self, x):
+                    mask = torch.ones(x.size(0), device="cuda:0")
+                    return x * mask
+
+            model = nn.DataParallel(Net())
+            """,
+            line=6,
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def forward(self, x, h):
+                    return x + h.cuda(0)
+
+            model = nn.DataParallel(Net(), device_ids=[0, 1])
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def forward(self, x):
+                    pos = torch.arange(x.size(1)).to(torch.device("cuda", 1))
+                    return x + pos
+
+            model = nn.DataParallel(Net())
+            """,
+            line=6,
+        ),
+    ]
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        return project.wraps_any(module_classes) and super().applies_to(text, module_classes, project)
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        inference: Inference = ctx.memo("inference", lambda: Inference(ctx))
+        for class_name, forward, _, wraps in inference.wrapped_forwards():
+            for statement in iter_small_statements(block_body(forward.body), into_functions=False):
+                for call in iter_calls(statement):
+                    device = self._literal_index(ctx, call)
+                    if device is not None:
+                        yield Report(
+                            node=call,
+                            message=(
+                                f"`{ctx.short_code(call)}` in `forward` of `{class_name}` puts a tensor on {device}, but "
+                                f"`{class_name}` is wrapped in `nn.DataParallel` ({wraps[0].path}:{wraps[0].line}), whose "
+                                "replicas run on every GPU: the other replicas get a device mismatch (or funnel work through "
+                                "one GPU); use the input's device (`x.device`) or a registered buffer."
+                            ),
+                            help="Use `device=x.device` (or `.to(x.device)`), or register the tensor as a buffer.",
+                            statement=statement,
+                        )
+
+    @staticmethod
+    def _literal_index(ctx: FileContext, call: cst.Call) -> Optional[str]:
+        """The literal device index the call creates or moves a tensor on, as words."""
+        method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        candidates = [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "device"]
+        if method in ("cuda", "to") and positional and ctx.qualify(call.func) is None:
+            candidates.append(positional[0])
+        for candidate in candidates:
+            if isinstance(candidate, cst.Integer):  # `.cuda(0)`, `.to(1)`, `device=0`
+                return f"GPU {candidate.value}"
+            if isinstance(candidate, cst.SimpleString) and INDEXED_DEVICE.fullmatch(str(candidate.evaluated_value)):
+                return f"`{candidate.evaluated_value}`"
+            if isinstance(candidate, cst.Call) and ctx.qualify(candidate.func) == "torch.device":
+                args = [a.value for a in candidate.args]
+                if len(args) == 2 and isinstance(args[1], cst.Integer):
+                    return f"GPU {args[1].value}"
+                if args and isinstance(args[0], cst.SimpleString) and INDEXED_DEVICE.fullmatch(str(args[0].evaluated_value)):
+                    return f"`{args[0].evaluated_value}`"
+        return None
+
