@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from dplint.rules import batch_dim_moved, forward_mutates_module_state, module_off_primary_device
-from dplint.rules import scalar_output_from_forward, single_device_data_parallel, uneven_batch
+from dplint.rules import scalar_output_from_forward, single_device_data_parallel, uneven_batch, wrapper_state_dict_prefix
 
 __all__ = ["PitfallError", "PitfallWarning", "checking", "install", "is_installed", "uninstall"]
 
@@ -79,6 +79,7 @@ _stack: List[_Settings] = []
 _original_forward = nn.DataParallel.forward
 _original_init = nn.DataParallel.__init__
 _original_apply = nn.Module._apply
+_original_load_state_dict = nn.Module.load_state_dict
 _hook_handles: List[Any] = []
 # Bumped whenever a parameter or buffer may have been added or moved; DPL103 re-checks only then.
 _generation = [0]
@@ -98,6 +99,7 @@ def install(*, devices: Optional[int] = None, action: str = "raise") -> None:
             nn.DataParallel.forward = _checked_forward  # type: ignore[method-assign]
             nn.DataParallel.__init__ = _recording_init  # type: ignore[method-assign]
             nn.Module._apply = _tracking_apply  # type: ignore[method-assign]
+            nn.Module.load_state_dict = _checked_load_state_dict  # type: ignore[method-assign]
             registration = torch.nn.modules.module
             _hook_handles.append(registration.register_module_parameter_registration_hook(_parameters_changed))
             _hook_handles.append(registration.register_module_buffer_registration_hook(_parameters_changed))
@@ -114,6 +116,7 @@ def uninstall() -> None:
             nn.DataParallel.forward = _original_forward  # type: ignore[method-assign]
             nn.DataParallel.__init__ = _original_init  # type: ignore[method-assign]
             nn.Module._apply = _original_apply  # type: ignore[method-assign]
+            nn.Module.load_state_dict = _original_load_state_dict  # type: ignore[method-assign]
             while _hook_handles:
                 _hook_handles.pop().remove()
 
@@ -145,6 +148,19 @@ def _parameters_changed(*args: Any) -> None:
 def _tracking_apply(self: nn.Module, *args: Any, **kwargs: Any) -> nn.Module:
     _generation[0] += 1
     return _original_apply(self, *args, **kwargs)
+
+
+def _checked_load_state_dict(self: nn.Module, state_dict: Any, strict: bool = True, *args: Any, **kwargs: Any) -> Any:
+    """DPL303: keys that differ from the model's only by the `module.` prefix (silent under strict=False)."""
+    settings = _stack[-1] if _stack else None
+    if settings is not None and hasattr(state_dict, "keys"):
+        difference = wrapper_state_dict_prefix.prefix_mismatch(set(self.state_dict().keys()), set(state_dict.keys()))
+        if difference is not None:
+            message = wrapper_state_dict_prefix.runtime_message(difference, strict)
+            if settings.action == "raise":
+                raise PitfallError("DPL303", message, self)
+            warnings.warn(PitfallWarning("DPL303", message, self), stacklevel=2)
+    return _original_load_state_dict(self, state_dict, strict, *args, **kwargs)
 
 
 def _checked_forward(self: nn.DataParallel, *inputs: Any, **kwargs: Any) -> Any:

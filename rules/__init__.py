@@ -18,6 +18,7 @@ from dplint.rules.parse_error import ParseError
 from dplint.rules.scalar_output_from_forward import ScalarOutputFromForward
 from dplint.rules.single_device_data_parallel import SingleDeviceDataParallel
 from dplint.rules.uneven_batch import UnevenBatch
+from dplint.rules.wrapper_state_dict_prefix import WrapperStateDictPrefix
 
 # Rules that run on a parsed file, in code order. DPL000 is produced by the engine itself.
 CHECKS: List[Type[Rule]] = [
@@ -27,6 +28,7 @@ CHECKS: List[Type[Rule]] = [
     CudaVisibleDevicesAfterCudaInit,
     CudaVisibleDevicesAfterTorchImport,
     BatchDimMovedInForward,
+    WrapperStateDictPrefix,
     ForwardMutatesModuleState,
     ScalarOutputFromForward,
     LossDataIndex,

@@ -124,3 +124,23 @@ def test_bad_device_count_is_a_usage_error(crnn_project):
     result = crnn_project.runpytest_subprocess("--dplint", "--dplint-devices", "0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--dplint-devices must be at least 1*"])
+
+
+def test_dpl303_state_dict_prefix_under_the_plugin(pytester):
+    pytester.makepyfile(
+        """
+        import torch.nn as nn
+
+        def test_resume_from_a_data_parallel_checkpoint():
+            checkpoint = nn.DataParallel(nn.Linear(4, 2)).state_dict()
+            model = nn.Linear(4, 2)
+            model.load_state_dict(checkpoint, strict=False)  # silently loads nothing without dplint
+
+        def test_resume_the_right_way():
+            wrapped = nn.DataParallel(nn.Linear(4, 2))
+            nn.Linear(4, 2).load_state_dict(wrapped.module.state_dict())
+        """
+    )
+    result = pytester.runpytest_subprocess("--dplint")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*DPL303 load_state_dict: the checkpoint's keys start with `module.`*silently load nothing*"])

@@ -91,6 +91,7 @@ def test_install_and_uninstall_restore_the_same_function_and_nest():
     runtime.uninstall()
     assert nn.DataParallel.forward is original and nn.Module._apply is runtime._original_apply
     assert nn.DataParallel.__init__ is runtime._original_init
+    assert nn.Module.load_state_dict is runtime._original_load_state_dict
     runtime.uninstall()  # one too many: harmless
 
 
@@ -320,3 +321,18 @@ def test_concurrent_calls_from_threads():
         for thread in threads:
             thread.join()
     assert errors == []
+
+
+def test_dpl303_load_state_dict_with_module_prefix_raises_even_when_not_strict():
+    wrapped = nn.DataParallel(nn.Linear(3, 2))
+    plain = nn.Linear(3, 2)
+    with runtime.checking(devices=2):
+        with pytest.raises(PitfallError, match="DPL303 load_state_dict: the checkpoint's keys start with `module.`"):
+            plain.load_state_dict(wrapped.state_dict(), strict=False)
+        with pytest.raises(PitfallError, match="the model's keys start with `module.`"):
+            wrapped.load_state_dict(plain.state_dict())
+        plain.load_state_dict(wrapped.module.state_dict())  # the fix loads
+    assert torch.equal(plain.weight, wrapped.module.weight)
+    # Without the hook, torch silently loads nothing under strict=False: the pitfall itself.
+    result = nn.Linear(3, 2).load_state_dict(wrapped.state_dict(), strict=False)
+    assert len(result.missing_keys) == 2 and len(result.unexpected_keys) == 2
