@@ -35,12 +35,22 @@ def iter_small_statements(body: Body, *, into_functions: bool = True) -> Iterato
                 yield from iter_small_statements(block, into_functions=into_functions)
 
 
+class _CallCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+
 def iter_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
-    """Every call inside a node (a small statement, an expression), outermost first."""
-    if isinstance(node, cst.Call):
-        yield node
-    for child in node.children:
-        yield from iter_calls(child)
+    """Every call inside a node (a small statement, an expression), outermost first.
+
+    One visitor pass: a recursive generator would re-yield each call through every enclosing level.
+    """
+    collector = _CallCollector()
+    node.visit(collector)
+    return iter(collector.calls)
 
 
 def child_blocks(statement: cst.BaseCompoundStatement) -> Iterator[Body]:

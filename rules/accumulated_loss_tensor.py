@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Set, Tuple
+from typing import Iterator, List, Sequence, Set, Tuple
 
 import libcst as cst
 
 from dplint.context import FileContext
+from dplint.facts import ProjectFacts
 from dplint.names import Body, block_body, child_blocks
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
@@ -51,6 +52,11 @@ class AccumulatedLossTensor(Rule):
     name = "accumulated-loss-tensor"
     summary = "`total += loss` keeps every iteration's autograd graph alive; add `loss.item()` or `loss.detach()`."
     triggers = re.compile(r"\.backward\(")
+    # `acc += name` or `acc = acc + name` alone on a line.
+    accumulation = re.compile(r"^[ \t]*(\w+)[ \t]*(?:\+=[ \t]*\w+|=[ \t]*\1[ \t]*\+[ \t]*\w+)[ \t]*(?:#.*)?$", re.M)
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        return self.triggers.search(text) is not None and self.accumulation.search(text) is not None
 
     VALID = [
         Valid(

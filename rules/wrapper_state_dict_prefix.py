@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import re
-from typing import AbstractSet, Iterator, List, Optional, Set
+from typing import AbstractSet, Iterator, List, Optional, Sequence, Set
 
 import libcst as cst
 
 from dplint.context import FileContext
+from dplint.facts import ProjectFacts
 from dplint.inference import WRAPPERS
 from dplint.names import Body, block_body, child_blocks, iter_calls
 from dplint.rule import Invalid, Report, Rule, Valid
@@ -47,14 +48,21 @@ class WrapperStateDictPrefix(Rule):
     ```
 
     ## Known problems
-    The wrap and the save must be in the same function (or both at module level); a save guarded
-    by `hasattr(model, "module")` or `isinstance(model, ...)` is taken as handled.
+    The wrap and the save must be in the same function (or both at module level), and the save a
+    statement of its own; a save guarded by `hasattr(model, "module")` or `isinstance(model, ...)`
+    is taken as handled.
     """
 
     code = "DPL303"
     name = "wrapper-state-dict-prefix"
     summary = "A state_dict saved from a DataParallel/DDP wrapper carries `module.` prefixes plain models cannot load."
-    triggers = re.compile(r"state_dict|[\"']module\.[\"']")
+    triggers = re.compile(r"""\.replace\(\s*["']module\.["']""")
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        """The prefix stripped by hand, or a save of a `state_dict` in a file that wraps a model."""
+        if self.triggers.search(text):
+            return True
+        return "state_dict" in text and "save(" in text and ("DataParallel" in text or "DDP" in text)
 
     VALID = [
         Valid(
@@ -121,6 +129,8 @@ class WrapperStateDictPrefix(Rule):
     def check(self, ctx: FileContext) -> Iterator[Report]:
         for body in _scopes(ctx.module):
             yield from self._saves(ctx, body)
+        if not self.triggers.search(ctx.source):
+            return
         for call in iter_calls(ctx.module):
             if _strips_prefix(call):
                 yield Report(
@@ -140,11 +150,11 @@ class WrapperStateDictPrefix(Rule):
             if not isinstance(statement, cst.SimpleStatementLine):
                 continue
             for small in statement.body:
-                for call in iter_calls(small):
-                    if ctx.qualify(call.func) == "torch.save" and call.args and wrapped:
-                        name = _saved_state_dict_of(call.args[0].value, wrapped)
-                        if name is not None:
-                            yield self._report(ctx, call, name, small)
+                call = small.value if isinstance(small, cst.Expr) else None  # `torch.save(...)` stands alone
+                if isinstance(call, cst.Call) and call.args and wrapped and ctx.qualify(call.func) == "torch.save":
+                    name = _saved_state_dict_of(call.args[0].value, wrapped)
+                    if name is not None:
+                        yield self._report(ctx, call, name, small)
                 if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
                     if ctx.qualify(small.value.func) in WRAPPERS:
                         wrapped.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
