@@ -7,6 +7,7 @@ from typing import Dict, List, Type
 from dplint.rule import Rule
 from dplint.rules.batch_dim_moved import BatchDimMovedInForward
 from dplint.rules.cuda_visible_devices import CudaVisibleDevicesAfterCudaInit, CudaVisibleDevicesAfterTorchImport
+from dplint.rules.device_index_beyond_visible import DeviceIndexBeyondVisible
 from dplint.rules.discarded_tensor_move import DiscardedTensorMove
 from dplint.rules.forward_mutates_module_state import ForwardMutatesModuleState
 from dplint.rules.accumulated_loss_tensor import AccumulatedLossTensor
@@ -15,6 +16,7 @@ from dplint.rules.invalid_device_string import InvalidDeviceString
 from dplint.rules.loss_data_index import LossDataIndex
 from dplint.rules.module_off_primary_device import ModuleOffPrimaryDevice
 from dplint.rules.parse_error import ParseError
+from dplint.rules.rnn_without_flatten_parameters import RnnWithoutFlattenParameters
 from dplint.rules.scalar_output_from_forward import ScalarOutputFromForward
 from dplint.rules.single_device_data_parallel import SingleDeviceDataParallel
 from dplint.rules.uneven_batch import UnevenBatch
@@ -24,19 +26,21 @@ from dplint.rules.wrapper_state_dict_prefix import WrapperStateDictPrefix
 CHECKS: List[Type[Rule]] = [
     DiscardedTensorMove,
     InvalidDeviceString,
+    ModuleOffPrimaryDevice,
     HardCodedDeviceInForward,
     CudaVisibleDevicesAfterCudaInit,
     CudaVisibleDevicesAfterTorchImport,
+    DeviceIndexBeyondVisible,
     BatchDimMovedInForward,
     WrapperStateDictPrefix,
     ForwardMutatesModuleState,
     ScalarOutputFromForward,
+    RnnWithoutFlattenParameters,
     LossDataIndex,
     AccumulatedLossTensor,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [
-    ModuleOffPrimaryDevice,
     UnevenBatch,
     SingleDeviceDataParallel,
 ]

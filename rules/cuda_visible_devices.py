@@ -78,7 +78,7 @@ class FlowAnalysis:
 
     def run(self) -> "FlowAnalysis":
         module = self.ctx.module
-        if not any(self._writes_variable(small) for small in iter_small_statements(module.body)):
+        if not any(variable_write(self.ctx, small) is not None for small in iter_small_statements(module.body)):
             return self
         for statement in module.body:
             if isinstance(statement, cst.FunctionDef):
@@ -133,7 +133,7 @@ class FlowAnalysis:
             if value is not None:
                 state = self._expressions([value], small, state)
             targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-            if any(self._is_variable_subscript(target) for target in targets):
+            if any(_is_variable_subscript(self.ctx, target) for target in targets):
                 self._record(small, small, state)
             return self._track_device_names(targets, value, state)
         return self._expressions([small], small, state)
@@ -156,7 +156,7 @@ class FlowAnalysis:
 
     def _call(self, call: cst.Call, statement: cst.CSTNode, state: FlowState) -> FlowState:
         qualified = self.ctx.qualify(call.func)
-        if qualified in ENVIRON_SETTERS and self._sets_variable(call, qualified):
+        if qualified in ENVIRON_SETTERS and _set_value(call, qualified) is not None:
             self._record(call, statement, state)
             return state
         if state.cuda_init is None and self._initialises_cuda(call, qualified, state):
@@ -182,14 +182,6 @@ class FlowAnalysis:
             self.assignments[node] = found
 
     # ----- what the code does ---------------------------------------------------------------------
-
-    def _writes_variable(self, small: cst.BaseSmallStatement) -> bool:
-        if isinstance(small, cst.Assign):
-            return any(self._is_variable_subscript(target.target) for target in small.targets)
-        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-            qualified = self.ctx.qualify(small.value.func)
-            return qualified in ENVIRON_SETTERS and self._sets_variable(small.value, qualified)
-        return False
 
     def _torch_import(self, node: cst.Import | cst.ImportFrom) -> Optional[Event]:
         """The import as an event when it imports torch, directly or through another module."""
@@ -239,23 +231,40 @@ class FlowAnalysis:
             return self._is_cuda_device(node.args[0].value, state)
         return False
 
-    def _is_variable_subscript(self, target: cst.BaseExpression) -> bool:
-        if not (isinstance(target, cst.Subscript) and self.ctx.qualify(target.value) == "os.environ"):
-            return False
-        index = target.slice[0].slice if len(target.slice) == 1 else None
-        return isinstance(index, cst.Index) and _is_variable_name(index.value)
 
-    @staticmethod
-    def _sets_variable(call: cst.Call, qualified: str) -> bool:
-        if qualified == "os.environ.update":
-            for arg in call.args:
-                if arg.keyword is not None and arg.keyword.value == VARIABLE:
-                    return True
-                if isinstance(arg.value, cst.Dict):
-                    if any(isinstance(e, cst.DictElement) and _is_variable_name(e.key) for e in arg.value.elements):
-                        return True
-            return False
-        return bool(call.args) and _is_variable_name(call.args[0].value)
+
+def variable_write(ctx: FileContext, small: cst.BaseSmallStatement) -> Optional[cst.BaseExpression]:
+    """The value a statement writes to `CUDA_VISIBLE_DEVICES` (`os.environ[...] = v`, `setdefault`,
+    `update`, `putenv`), or None when it writes nothing to it."""
+    if isinstance(small, cst.Assign):
+        return small.value if any(_is_variable_subscript(ctx, target.target) for target in small.targets) else None
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        qualified = ctx.qualify(small.value.func)
+        return _set_value(small.value, qualified) if qualified in ENVIRON_SETTERS else None
+    return None
+
+
+def _is_variable_subscript(ctx: FileContext, target: cst.BaseExpression) -> bool:
+    if not (isinstance(target, cst.Subscript) and ctx.qualify(target.value) == "os.environ"):
+        return False
+    index = target.slice[0].slice if len(target.slice) == 1 else None
+    return isinstance(index, cst.Index) and _is_variable_name(index.value)
+
+
+def _set_value(call: cst.Call, qualified: Optional[str]) -> Optional[cst.BaseExpression]:
+    """The value an environ setter call gives `CUDA_VISIBLE_DEVICES`, if it sets it."""
+    if qualified == "os.environ.update":
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == VARIABLE:
+                return arg.value
+            if isinstance(arg.value, cst.Dict):
+                for element in arg.value.elements:
+                    if isinstance(element, cst.DictElement) and _is_variable_name(element.key):
+                        return element.value
+        return None
+    if len(call.args) >= 2 and _is_variable_name(call.args[0].value):
+        return call.args[1].value
+    return None
 
 
 def _is_variable_name(node: cst.BaseExpression) -> bool:

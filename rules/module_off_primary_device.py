@@ -1,8 +1,14 @@
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+import re
+from typing import Iterator, List, Optional, Sequence, Tuple
 
-from dplint.rule import Rule
+import libcst as cst
+
+from dplint.context import FileContext
+from dplint.facts import DATA_PARALLEL
+from dplint.inference import Inference, Scope
+from dplint.rule import Invalid, Report, Rule, Valid
 
 SHOWN = 5
 
@@ -10,6 +16,10 @@ SHOWN = 5
 class ModuleOffPrimaryDevice(Rule):
     """
     ## What it does
+    Statically: reports `nn.DataParallel(module, device_ids=[...])` where the module was moved to a
+    literal GPU (`model.cuda(1)`, `.to("cuda:1")`, directly in the call or in the assignment of the
+    name passed) that is not `device_ids[0]`. `device_ids=[1, 0]` with the module on `cuda:1` is correct.
+
     At runtime, checks before every `nn.DataParallel` forward that all parameters and buffers of the
     wrapped module are on `device_ids[0]` (under simulation: on the device of the simulated
     replicas), and names every one that is not.
@@ -34,14 +44,83 @@ class ModuleOffPrimaryDevice(Rule):
     ```
 
     ## Known problems
-    The result is cached per module and re-checked only when parameters or buffers are registered
+    Statically, only literal devices and a literal `device_ids` list are compared. At runtime, the result is cached per module and re-checked only when parameters or buffers are registered
     or moved (`Module.to/cuda/cpu/_apply`); replacing `param.data` directly is not noticed.
     """
 
     code = "DPL103"
     name = "module-off-primary-device"
     summary = "A parameter or buffer of a DataParallel-wrapped module is not on `device_ids[0]`."
-    runtime_only = True
+    triggers = re.compile(r"device_ids|DataParallel\(")
+
+    VALID = [
+        Valid(
+            """
+            import torch.nn as nn
+            model = nn.DataParallel(Net().cuda(1), device_ids=[1, 0])
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            model = Net().to("cuda:0")
+            model = nn.DataParallel(model, device_ids=[0, 1, 2])
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            model = nn.DataParallel(Net().cuda(), device_ids=gpus)  # not literal: not compared
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch.nn as nn
+            model = nn.DataParallel(Net().cuda(1), device_ids=[0, 1])
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+            net = Net().to("cuda:2")
+            net = nn.DataParallel(net, device_ids=(0, 1, 2))
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.nn import DataParallel
+            model = DataParallel(Net().to(torch.device("cuda", 1)), [0, 1])
+            """,
+            line=3,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        inference: Inference = ctx.memo("inference", lambda: Inference(ctx))
+        for line, scope in inference.statements:
+            for small in line.body:
+                value = small.value if isinstance(small, (cst.Assign, cst.Expr)) else None
+                if not (isinstance(value, cst.Call) and ctx.qualify(value.func) in DATA_PARALLEL and value.args):
+                    continue
+                ids = _device_ids(value)
+                moved = _moved_to(ctx, value.args[0].value, scope)
+                if ids and moved is not None and moved != ids[0]:
+                    yield Report(
+                        node=value,
+                        message=(
+                            f"the module is moved to cuda:{moved} but `device_ids` starts with {ids[0]}: DataParallel "
+                            "broadcasts the module from device_ids[0] and raises \"module must have its parameters and "
+                            f"buffers on device cuda:{ids[0]}\" at the first forward; move it to `cuda:{ids[0]}` (or put "
+                            f"{moved} first in `device_ids`)."
+                        ),
+                        help=f"Move the module to `cuda:{ids[0]}`, or list `{moved}` first in `device_ids`.",
+                        statement=small,
+                    )
 
 
 def message(offenders: Sequence[Tuple[str, str]], expected: str) -> str:
@@ -52,3 +131,39 @@ def message(offenders: Sequence[Tuple[str, str]], expected: str) -> str:
         f"parameter and buffer must be there before the call; call `model.to({expected!r})` after building "
         "or changing the model, before the forward."
     )
+
+
+def _device_ids(call: cst.Call) -> Optional[List[int]]:
+    value = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "device_ids"), None)
+    positional = [a.value for a in call.args if a.keyword is None]
+    if value is None and len(positional) > 1:
+        value = positional[1]
+    if not isinstance(value, (cst.List, cst.Tuple)):
+        return None
+    ids = [int(e.value.value) for e in value.elements if isinstance(e.value, cst.Integer)]
+    return ids if len(ids) == len(value.elements) else None
+
+
+def _moved_to(ctx: FileContext, node: cst.BaseExpression, scope: Scope, depth: int = 0) -> Optional[int]:
+    """The literal GPU index a module expression was moved to (`.cuda(1)`, `.to("cuda:1")`), else None."""
+    if depth > 3:
+        return None
+    if isinstance(node, cst.Name):
+        bindings = scope.bindings.get(node.value, [])
+        moves = {_moved_to(ctx, b.value, scope, depth + 1) for b in bindings if b.value is not None}
+        moves.discard(None)
+        return moves.pop() if len(moves) == 1 else None
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+        return None
+    method, args = node.func.attr.value, [a.value for a in node.args if a.keyword is None]
+    if method == "cuda" and args and isinstance(args[0], cst.Integer):
+        return int(args[0].value)
+    if method == "to" and args:
+        target = args[0]
+        if isinstance(target, cst.SimpleString) and re.fullmatch(r"cuda:\d+", str(target.evaluated_value)):
+            return int(str(target.evaluated_value).split(":")[1])
+        if isinstance(target, cst.Call) and ctx.qualify(target.func) == "torch.device":
+            device_args = [a.value for a in target.args]
+            if len(device_args) == 2 and isinstance(device_args[1], cst.Integer):
+                return int(device_args[1].value)
+    return _moved_to(ctx, node.func.value, scope, depth + 1) if method in ("float", "half", "double", "train", "eval") else None
