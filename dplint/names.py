@@ -6,7 +6,7 @@ cost (it reads only import statements, no scope analysis).
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, Optional, Sequence, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -70,6 +70,18 @@ def child_blocks(statement: cst.BaseCompoundStatement) -> Iterator[Body]:
     final = getattr(statement, "finalbody", None)
     if final is not None:
         yield block_body(final.body)
+
+
+def iter_scope_bodies(module: cst.Module) -> Iterator[Body]:
+    """The module's body and the body of every function in it (methods and nested ones included)."""
+    yield module.body
+    pending: List[Body] = [module.body]
+    while pending:
+        for statement in pending.pop():
+            if isinstance(statement, cst.FunctionDef):
+                yield block_body(statement.body)
+            if isinstance(statement, cst.BaseCompoundStatement):
+                pending.extend(child_blocks(statement))
 
 
 def block_body(suite: cst.BaseSuite) -> Body:

@@ -20,6 +20,7 @@ from dplint.rules.rnn_without_flatten_parameters import RnnWithoutFlattenParamet
 from dplint.rules.scalar_output_from_forward import ScalarOutputFromForward
 from dplint.rules.single_device_data_parallel import SingleDeviceDataParallel
 from dplint.rules.uneven_batch import UnevenBatch
+from dplint.rules.wrapper_attribute_access import WrapperAttributeAccess
 from dplint.rules.wrapper_state_dict_prefix import WrapperStateDictPrefix
 
 # Rules that run on a parsed file, in code order. DPL000 is produced by the engine itself.
@@ -32,6 +33,7 @@ CHECKS: List[Type[Rule]] = [
     CudaVisibleDevicesAfterTorchImport,
     DeviceIndexBeyondVisible,
     BatchDimMovedInForward,
+    WrapperAttributeAccess,
     WrapperStateDictPrefix,
     ForwardMutatesModuleState,
     ScalarOutputFromForward,

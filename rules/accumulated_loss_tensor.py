@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Sequence, Set, Tuple
+from typing import Iterator, Sequence, Set, Tuple
 
 import libcst as cst
 
 from dplint.context import FileContext
 from dplint.facts import ProjectFacts
-from dplint.names import Body, block_body, child_blocks
+from dplint.names import Body, block_body, child_blocks, iter_scope_bodies
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 
@@ -135,7 +135,7 @@ class AccumulatedLossTensor(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         reported: Set[cst.CSTNode] = set()  # a statement in nested loops is seen from each of them
-        for body in _function_bodies(ctx.module):
+        for body in iter_scope_bodies(ctx.module):
             backed_up = _backward_targets(body)
             for loop in _loops(body):
                 trained = _backward_targets(block_body(loop.body))
@@ -157,18 +157,6 @@ class AccumulatedLossTensor(Rule):
             fix=FixSpec(f"Add `{loss.value}.detach()`", (NodeEdit(loss, f"{loss.value}.detach()"),)),
             statement=statement,
         )
-
-
-def _function_bodies(module: cst.Module) -> Iterator[Body]:
-    """The module's body and the body of every function, each analysed on its own."""
-    yield module.body
-    pending: List[Body] = [module.body]
-    while pending:
-        for statement in pending.pop():
-            if isinstance(statement, cst.FunctionDef):
-                yield block_body(statement.body)
-            if isinstance(statement, cst.BaseCompoundStatement):
-                pending.extend(child_blocks(statement))
 
 
 def _statements(body: Body) -> Iterator[cst.CSTNode]:

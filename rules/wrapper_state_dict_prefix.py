@@ -1,14 +1,14 @@
 from __future__ import annotations
 
 import re
-from typing import AbstractSet, Iterator, List, Optional, Sequence, Set
+from typing import AbstractSet, Iterator, Optional, Sequence, Set
 
 import libcst as cst
 
 from dplint.context import FileContext
 from dplint.facts import ProjectFacts
 from dplint.inference import WRAPPERS
-from dplint.names import Body, block_body, child_blocks, iter_calls
+from dplint.names import Body, child_blocks, iter_calls, iter_scope_bodies
 from dplint.rule import Invalid, Report, Rule, Valid
 
 PREFIX = "module."
@@ -127,7 +127,7 @@ class WrapperStateDictPrefix(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        for body in _scopes(ctx.module):
+        for body in iter_scope_bodies(ctx.module):
             yield from self._saves(ctx, body)
         if not self.triggers.search(ctx.source):
             return
@@ -172,17 +172,6 @@ class WrapperStateDictPrefix(Rule):
             help=f'Save `getattr({name}, "module", {name}).state_dict()` (or `{name}.module.state_dict()`).',
             statement=statement,
         )
-
-
-def _scopes(module: cst.Module) -> Iterator[Body]:
-    yield module.body
-    pending: List[Body] = [module.body]
-    while pending:
-        for statement in pending.pop():
-            if isinstance(statement, cst.FunctionDef):
-                yield block_body(statement.body)
-            if isinstance(statement, cst.BaseCompoundStatement):
-                pending.extend(child_blocks(statement))
 
 
 def _flat(body: Body) -> Iterator[cst.CSTNode]:

@@ -439,3 +439,40 @@ def test_class_scan_reads_bases_and_forward_by_indentation():
         ("B", ("A",), False),
         ("Inner", ("Module",), True),
     ]
+
+
+DPL302_CASES = {
+    "a name rebound inside a branch is no longer known to be the wrapper": (
+        """
+        import torch.nn as nn
+        model = nn.DataParallel(model)
+        if export:
+            model = model.module
+        model.encode(x)
+        """,
+        [],
+    ),
+    "inside the branch that wrapped it, the name is the wrapper": (
+        """
+        import torch.nn as nn
+        if parallel:
+            model = nn.DataParallel(model)
+            model.encode(x)
+        """,
+        [(4, "DPL302")],
+    ),
+    "private and module attributes are the wrapper's own": (
+        """
+        import torch.nn as nn
+        model = nn.DataParallel(model)
+        print(model._modules, model.module.encode(x), model.training)
+        model.module.flag = True
+        """,
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", DPL302_CASES.values(), ids=DPL302_CASES.keys())
+def test_wrapper_attribute_access(source, expected):
+    assert findings(source, ["DPL302"]) == expected
