@@ -14,6 +14,7 @@ from dplint.rules.accumulated_loss_tensor import AccumulatedLossTensor
 from dplint.rules.hard_coded_device_in_forward import HardCodedDeviceInForward
 from dplint.rules.invalid_device_string import InvalidDeviceString
 from dplint.rules.loss_data_index import LossDataIndex
+from dplint.rules.model_outside_strategy_scope import ModelOutsideStrategyScope
 from dplint.rules.module_off_primary_device import ModuleOffPrimaryDevice
 from dplint.rules.parse_error import ParseError
 from dplint.rules.rnn_without_flatten_parameters import RnnWithoutFlattenParameters
@@ -40,6 +41,7 @@ CHECKS: List[Type[Rule]] = [
     RnnWithoutFlattenParameters,
     LossDataIndex,
     AccumulatedLossTensor,
+    ModelOutsideStrategyScope,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [

@@ -271,7 +271,7 @@ def test_explain_and_list_rules(tmp_path):
     listing = dplint("--list-rules", cwd=tmp_path).stdout.splitlines()
     assert [line.split()[0] for line in listing] == [
         "DPL000", "DPL101", "DPL102", "DPL103", "DPL104", "DPL201", "DPL202", "DPL203", "DPL301", "DPL302", "DPL303", "DPL304",
-        "DPL305", "DPL306", "DPL307", "DPL308", "DPL401", "DPL402",
+        "DPL305", "DPL306", "DPL307", "DPL308", "DPL401", "DPL402", "DPL601",
     ]
     states = {line.split()[0]: line.split()[3] for line in listing}
     assert states["DPL306"] == "runtime" and states["DPL304"] == "on" and states["DPL308"] == "off"
