@@ -50,7 +50,7 @@ class ModelOutsideStrategyScope(Rule):
     code = "DPL601"
     name = "model-outside-strategy-scope"
     summary = "A Keras model is built outside `with strategy.scope():`, so its variables are not distributed."
-    triggers = re.compile(r"Strategy\(")
+    triggers = re.compile(r"distribute\.(?:\w+\.)*\w*Strategy\(")
 
     VALID = [
         Valid(

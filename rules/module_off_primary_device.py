@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import DATA_PARALLEL
+from dplint.facts import DATA_PARALLEL, ProjectFacts
 from dplint.inference import Inference, Scope
 from dplint.rule import Invalid, Report, Rule, Valid
 
@@ -51,7 +51,12 @@ class ModuleOffPrimaryDevice(Rule):
     code = "DPL103"
     name = "module-off-primary-device"
     summary = "A parameter or buffer of a DataParallel-wrapped module is not on `device_ids[0]`."
-    triggers = re.compile(r"device_ids|DataParallel\(")
+    triggers = re.compile(r"DataParallel\(")
+    moves = re.compile(r"""\.cuda\(\s*\d|cuda:\d|torch\.device\(\s*["']cuda["']\s*,""")
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        """A wrap, and a module moved to a literal GPU index somewhere in the file."""
+        return self.triggers.search(text) is not None and self.moves.search(text) is not None
 
     VALID = [
         Valid(

@@ -10,7 +10,8 @@ from dplint.inference import WRAPPERS
 from dplint.names import Body, child_blocks, dotted, iter_scope_bodies, iter_small_statements
 from dplint.rule import Invalid, Report, Rule, Valid
 
-# What DataParallel and DistributedDataParallel have themselves: nn.Module's API and the wrappers' own.
+# What DataParallel and DistributedDataParallel have themselves: nn.Module's API and the wrappers' own
+# (DistributedDataParallel's public attributes and methods as of torch 2.13, read from its source).
 WRAPPER_ATTRIBUTES = frozenset(
     """add_module apply bfloat16 buffers children compile cpu cuda double eval extra_repr float forward get_buffer
     get_extra_state get_parameter get_submodule half ipu load_state_dict modules mtia named_buffers named_children
@@ -20,10 +21,15 @@ WRAPPER_ATTRIBUTES = frozenset(
     register_state_dict_post_hook register_state_dict_pre_hook requires_grad_ set_extra_state set_submodule
     share_memory state_dict to to_empty train training type xpu zero_grad dump_patches call_super_init
     module device_ids output_device dim src_device_obj scatter replicate parallel_apply gather
-    process_group broadcast_buffers find_unused_parameters no_sync join join_hook join_device join_process_group
-    register_comm_hook static_graph gradient_as_bucket_view bucket_bytes_cap require_backward_grad_sync
-    require_forward_param_sync device_type reducer logger mixed_precision parameters_to_ignore""".split()
+    batched_grad_copy broadcast_bucket_size broadcast_buffers bucket_bytes_cap bucket_bytes_cap_default
+    bucket_bytes_cap_list buffer_hook device device_mesh device_type find_unused_parameters forward_sync_buffers
+    gradient_as_bucket_view is_multi_device_module join join_device join_hook join_process_group logger
+    mixed_precision modules_buffers named_module_buffers no_sync parameters_to_ignore process_group reducer
+    register_comm_hook require_backward_grad_sync require_forward_param_sync skip_all_reduce_unused_params
+    static_graph to_kwargs use_side_stream_for_tensor_copies will_sync_module_buffers""".split()
 )
+# `x = nn.DataParallel(...)`, `self.model = DDP(...)`: a file without such a line has nothing to check.
+_WRAP_ASSIGNMENT = re.compile(r"^[ \t]*[\w.]+[ \t]*=[ \t]*[\w.]*(?:DataParallel|DDP)\(", re.M)
 
 
 class WrapperAttributeAccess(Rule):
@@ -61,7 +67,7 @@ class WrapperAttributeAccess(Rule):
     code = "DPL302"
     name = "wrapper-attribute-access"
     summary = "An attribute read or set on a DataParallel/DDP wrapper instead of the wrapped `.module`."
-    triggers = re.compile(r"DataParallel|DDP\(")
+    triggers = _WRAP_ASSIGNMENT
 
     VALID = [
         Valid(
