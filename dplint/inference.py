@@ -20,8 +20,17 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import Wrap
+from dplint.facts import ProjectFacts, Wrap
+from dplint.rule import Rule
 from dplint.names import Body, block_body, child_blocks, dotted
+
+
+class WrappedForwardRule(Rule):
+    """A rule about the `forward` of modules DataParallel runs: a file that defines none of the
+    classes the project wraps is never parsed for it."""
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        return project.wraps_any(module_classes) and super().applies_to(text, module_classes, project)
 
 
 class Kind(enum.Enum):
@@ -125,6 +134,11 @@ class Scope:
 
 class Inference:
     """Scopes, bindings and class attributes of one file, and the kind of any expression in it."""
+
+    @classmethod
+    def of(cls, ctx: FileContext) -> "Inference":
+        """The file's inference, built once and shared by every rule that needs it."""
+        return ctx.memo("inference", lambda: cls(ctx))
 
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx

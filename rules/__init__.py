@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Dict, List, Type
 
-from dplint.rule import Rule
+from dplint.rules.accumulated_loss_tensor import AccumulatedLossTensor
 from dplint.rules.batch_dim_moved import BatchDimMovedInForward
-from dplint.rules.cuda_visible_devices import CudaVisibleDevicesAfterCudaInit, CudaVisibleDevicesAfterTorchImport
+from dplint.rules.cuda_visible_devices import (
+    CudaVisibleDevicesAfterCudaInit,
+    CudaVisibleDevicesAfterTorchImport,
+)
 from dplint.rules.device_index_beyond_visible import DeviceIndexBeyondVisible
 from dplint.rules.discarded_tensor_move import DiscardedTensorMove
 from dplint.rules.forward_mutates_module_state import ForwardMutatesModuleState
-from dplint.rules.accumulated_loss_tensor import AccumulatedLossTensor
 from dplint.rules.hard_coded_device_in_forward import HardCodedDeviceInForward
 from dplint.rules.invalid_device_string import InvalidDeviceString
 from dplint.rules.loss_data_index import LossDataIndex
@@ -23,6 +25,8 @@ from dplint.rules.single_device_data_parallel import SingleDeviceDataParallel
 from dplint.rules.uneven_batch import UnevenBatch
 from dplint.rules.wrapper_attribute_access import WrapperAttributeAccess
 from dplint.rules.wrapper_state_dict_prefix import WrapperStateDictPrefix
+
+from dplint.rule import Rule
 
 # Rules that run on a parsed file, in code order. DPL000 is produced by the engine itself.
 CHECKS: List[Type[Rule]] = [

@@ -7,10 +7,10 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import ProjectFacts, Wrap
-from dplint.inference import Binding, Inference, Kind, Scope
+from dplint.facts import Wrap
+from dplint.inference import Binding, Inference, Kind, Scope, WrappedForwardRule
 from dplint.names import Body, block_body, dotted
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Valid
 
 MOVERS = frozenset({"permute", "transpose", "swapaxes", "swapdims", "movedim", "moveaxis", "t"})
 # Methods and torch functions that keep every dimension where it is.
@@ -411,7 +411,7 @@ def _example(batch_dim: int, gather_dim: int) -> str:
     return f"a [{', '.join(shape)}] output comes back as [{', '.join(gathered)}]"
 
 
-class BatchDimMovedInForward(Rule):
+class BatchDimMovedInForward(WrappedForwardRule):
     """
     ## What it does
     Checks `forward` of `nn.Module` subclasses that are wrapped in `nn.DataParallel` somewhere in the
@@ -597,11 +597,8 @@ class BatchDimMovedInForward(Rule):
         ),
     ]
 
-    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
-        return project.wraps_any(module_classes) and super().applies_to(text, module_classes, project)
-
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        inference: Inference = ctx.memo("inference", lambda: Inference(ctx))
+        inference: Inference = Inference.of(ctx)
         reported = set()
         for class_name, forward, _, all_wraps in inference.wrapped_forwards():
             wraps = [wrap for wrap in all_wraps if wrap.dim is not None]

@@ -8,7 +8,14 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.facts import DATA_PARALLEL
-from dplint.names import Body, ImportMap, block_body, child_blocks, dotted, iter_small_statements
+from dplint.names import (
+    Body,
+    ImportMap,
+    block_body,
+    child_blocks,
+    dotted,
+    iter_small_statements,
+)
 from dplint.rule import Invalid, Report, Rule, Valid
 
 VARIABLE = "CUDA_VISIBLE_DEVICES"

@@ -4,12 +4,12 @@ import re
 from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
+from dplint.rules.cuda_visible_devices import variable_write
 
 from dplint.context import FileContext
 from dplint.facts import DATA_PARALLEL
 from dplint.names import iter_calls, iter_small_statements
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.rules.cuda_visible_devices import variable_write
 
 INDEXED = re.compile(r"cuda:(\d+)")
 

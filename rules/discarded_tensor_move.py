@@ -205,7 +205,7 @@ class DiscardedTensorMove(Rule):
         return False
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        inference: Inference = ctx.memo("inference", lambda: Inference(ctx))
+        inference: Inference = Inference.of(ctx)
         for line, scope in inference.statements:
             for small in line.body:
                 call = small.value if isinstance(small, cst.Expr) else None

@@ -1,20 +1,19 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional
 
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import ProjectFacts
-from dplint.inference import Inference
+from dplint.inference import Inference, WrappedForwardRule
 from dplint.names import block_body, iter_calls, iter_small_statements
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Valid
 
 INDEXED_DEVICE = re.compile(r"cuda:\d+")
 
 
-class HardCodedDeviceInForward(Rule):
+class HardCodedDeviceInForward(WrappedForwardRule):
     """
     ## What it does
     Checks `forward` of `nn.Module` subclasses wrapped in `nn.DataParallel` somewhere in the linted
@@ -141,11 +140,8 @@ class HardCodedDeviceInForward(Rule):
         ),
     ]
 
-    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
-        return project.wraps_any(module_classes) and super().applies_to(text, module_classes, project)
-
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        inference: Inference = ctx.memo("inference", lambda: Inference(ctx))
+        inference: Inference = Inference.of(ctx)
         for class_name, forward, _, wraps in inference.wrapped_forwards():
             for statement in iter_small_statements(block_body(forward.body), into_functions=False):
                 for call in iter_calls(statement):

@@ -104,7 +104,7 @@ class LossDataIndex(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        inference: Inference = ctx.memo("inference", lambda: Inference(ctx))
+        inference: Inference = Inference.of(ctx)
         for line, scope in inference.statements:
             scalars = ScalarLosses(ctx, scope)
             for subscript in _data_index_zero(line):

@@ -106,7 +106,7 @@ class ModuleOffPrimaryDevice(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        inference: Inference = ctx.memo("inference", lambda: Inference(ctx))
+        inference: Inference = Inference.of(ctx)
         for line, scope in inference.statements:
             for small in line.body:
                 value = small.value if isinstance(small, (cst.Assign, cst.Expr)) else None

@@ -1,20 +1,19 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Sequence, Set
+from typing import Iterator, Set
 
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import ProjectFacts
-from dplint.inference import Inference
+from dplint.inference import Inference, WrappedForwardRule
 from dplint.names import block_body, iter_calls, iter_small_statements
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Valid
 
 RNN_MODULES = frozenset({"torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN"})
 
 
-class RnnWithoutFlattenParameters(Rule):
+class RnnWithoutFlattenParameters(WrappedForwardRule):
     """
     ## What it does
     Checks `forward` of modules wrapped in `nn.DataParallel` somewhere in the linted tree for a call
@@ -155,11 +154,8 @@ class RnnWithoutFlattenParameters(Rule):
         ),
     ]
 
-    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
-        return project.wraps_any(module_classes) and super().applies_to(text, module_classes, project)
-
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        inference: Inference = ctx.memo("inference", lambda: Inference(ctx))
+        inference: Inference = Inference.of(ctx)
         for class_name, forward, scope, wraps in inference.wrapped_forwards():
             model = inference.classes[class_name]
             rnns = {

@@ -6,14 +6,12 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import ProjectFacts
-from dplint.inference import Inference, ScalarLosses
+from dplint.inference import Inference, ScalarLosses, WrappedForwardRule
 from dplint.names import block_body, iter_small_statements
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Valid
 
 
-
-class ScalarOutputFromForward(Rule):
+class ScalarOutputFromForward(WrappedForwardRule):
     """
     ## What it does
     Statically: reports a `return` in `forward` of an `nn.Module` subclass wrapped in
@@ -145,11 +143,8 @@ class ScalarOutputFromForward(Rule):
         ),
     ]
 
-    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
-        return project.wraps_any(module_classes) and super().applies_to(text, module_classes, project)
-
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        inference: Inference = ctx.memo("inference", lambda: Inference(ctx))
+        inference: Inference = Inference.of(ctx)
         for class_name, forward, scope, wraps in inference.wrapped_forwards():
             scalars = ScalarLosses(ctx, scope, inference.classes[class_name])
             for statement in iter_small_statements(block_body(forward.body), into_functions=False):

@@ -7,7 +7,13 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.inference import WRAPPERS
-from dplint.names import Body, child_blocks, dotted, iter_scope_bodies, iter_small_statements
+from dplint.names import (
+    Body,
+    child_blocks,
+    dotted,
+    iter_scope_bodies,
+    iter_small_statements,
+)
 from dplint.rule import Invalid, Report, Rule, Valid
 
 # What DataParallel and DistributedDataParallel have themselves: nn.Module's API and the wrappers' own
