@@ -92,6 +92,12 @@ def lint_paths(paths: Sequence[os.PathLike], settings: Optional[Settings] = None
     return result
 
 
+def lint_text(text: str, file: SourceFile, settings: Settings) -> FileResult:
+    """Lint one text on its own: its project facts are its own."""
+    facts = collect_file_facts(text, file.module_name, file.package, file.path)
+    return check_file(file, text, settings, ProjectFacts.build([facts]), facts)
+
+
 def lint_source(
     source: str,
     path: str = "<stdin>.py",
@@ -101,10 +107,8 @@ def lint_source(
 ) -> List[Finding]:
     """Lint one piece of code as if it were the file `path` (project facts come from it alone)."""
     settings = settings or default_settings(select)
-    name = Path(path).stem
-    file = SourceFile(filename=str(Path(path).absolute()), path=path, module_name=name, package="")
-    facts = collect_file_facts(source, name, "", path)
-    result = check_file(file, source, settings, ProjectFacts.build([facts]), facts)
+    file = SourceFile(filename=str(Path(path).absolute()), path=path, module_name=Path(path).stem, package="")
+    result = lint_text(source, file, settings)
     if result.internal_errors:
         error = result.internal_errors[0]
         raise RuntimeError(f"internal error in rule {error.code} on {error.path}:\n{error.details}")

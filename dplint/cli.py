@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, TextIO
 
 from dplint import __version__
-from dplint.config import ConfigError, Settings, parse_per_file_ignores, resolve_settings
+from dplint.config import (
+    ConfigError,
+    Settings,
+    parse_per_file_ignores,
+    resolve_settings,
+)
 from dplint.finding import Finding
 
 FORMATS = ("full", "concise", "json", "json-lines", "github", "sarif", "junit", "gitlab")
@@ -126,8 +131,9 @@ def overrides(args: argparse.Namespace) -> Dict[str, object]:
 
 
 def lint_stdin(name: str, settings: Settings):
-    from dplint.engine import SourceFile, Unreadable, check_file, decode, parse_error_finding
-    from dplint.facts import ProjectFacts, collect_file_facts, module_identity
+    from dplint.api import lint_text
+    from dplint.engine import SourceFile, Unreadable, decode, parse_error_finding
+    from dplint.facts import module_identity
 
     path = Path(name)
     source = SourceFile(str(path.absolute()), name, *module_identity(path.absolute()))
@@ -135,8 +141,7 @@ def lint_stdin(name: str, settings: Settings):
         text = decode(sys.stdin.buffer.read())
     except Unreadable as error:
         return [parse_error_finding(source, error)], [], {}
-    facts = collect_file_facts(text, source.module_name, source.package, name)
-    result = check_file(source, text, settings, ProjectFacts.build([facts]), facts)
+    result = lint_text(text, source, settings)
     return sorted(result.findings, key=Finding.sort_key), list(result.internal_errors), {source.filename: text}
 
 

@@ -66,6 +66,11 @@ _CODING_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.M)
 
 
 def decode(data: bytes) -> str:
+    return decode_with_encoding(data)[0]
+
+
+def decode_with_encoding(data: bytes) -> Tuple[str, str]:
+    """The text, decoded as Python would (coding cookie, BOM), and the encoding used."""
     if b"\0" in data:
         raise Unreadable("binary file (it contains NUL bytes); not Python source")
     try:
@@ -75,7 +80,7 @@ def decode(data: bytes) -> str:
             raise Unreadable(f"cannot decode: {error.msg}") from None
         encoding = "utf-8"  # undecodable bytes in the first lines: let the decoder say where
     try:
-        return data.decode(encoding)
+        return data.decode(encoding), encoding
     except UnicodeDecodeError as error:
         raise Unreadable(f"cannot decode as {encoding} at byte {error.start}: {error.reason}; save the file as UTF-8") from None
 

@@ -15,7 +15,17 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import (
+    Dict,
+    FrozenSet,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 # Third-party packages that import torch when imported; importing one counts as importing torch.
 TORCH_LIBRARIES = frozenset(
@@ -111,12 +121,13 @@ def module_identity(path: Path) -> Tuple[str, str]:
     return name, name if is_package else name.rpartition(".")[0]
 
 
-def _absolute(package: str, dots: str, module: str) -> str:
-    if not dots:
+def absolute_module(package: str, level: int, module: str) -> str:
+    """The module `from <level dots><module> import …` names, seen from `package`."""
+    if not level:
         return module
     parts = package.split(".") if package else []
-    parts = parts[: len(parts) - (len(dots) - 1)] if len(dots) > 1 else parts
-    return ".".join([*parts, module] if module else parts)
+    parts = parts[: max(0, len(parts) - (level - 1))]
+    return ".".join(p for p in (*parts, module) if p)
 
 
 def scan_imports(text: str, package: str) -> Tuple[str, ...]:
@@ -129,7 +140,7 @@ def scan_imports(text: str, package: str) -> Tuple[str, ...]:
                 if words:
                     found.append(words[0])
             continue
-        base = _absolute(package, match.group("dots"), match.group("module"))
+        base = absolute_module(package, len(match.group("dots")), match.group("module"))
         if base:
             found.append(base)
         if match.group("dots") or not match.group("module"):
@@ -238,7 +249,7 @@ class _WrapVisitor(ast.NodeVisitor):
                 self.aliases[top] = top
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        base = _absolute(self.package, "." * node.level, node.module or "")
+        base = absolute_module(self.package, node.level, node.module or "")
         for alias in node.names:
             self.aliases[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
 

@@ -35,13 +35,9 @@ def apply_fixes(source: str, findings: Sequence[Finding], *, unsafe: bool = Fals
 
 def read_for_fixing(filename: str) -> Tuple[str, str]:
     """The file's text, decoded as Python would, and the encoding to write it back with."""
-    import io
-    import tokenize
+    from dplint.engine import decode_with_encoding, read_bytes
 
-    with open(filename, "rb") as handle:
-        data = handle.read()
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return data.decode(encoding), encoding
+    return decode_with_encoding(read_bytes(filename))
 
 
 def write_fixed(filename: str, text: str, encoding: str) -> None:

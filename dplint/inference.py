@@ -21,8 +21,8 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.facts import ProjectFacts, Wrap
-from dplint.rule import Rule
 from dplint.names import Body, block_body, child_blocks, dotted
+from dplint.rule import Rule
 
 
 class WrappedForwardRule(Rule):

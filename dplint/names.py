@@ -10,6 +10,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import libcst as cst
 
+from dplint.facts import absolute_module
+
 Body = Sequence[Union[cst.BaseStatement, cst.BaseSmallStatement]]
 
 
@@ -117,13 +119,7 @@ class ImportMap:
     def resolve_from(statement: cst.ImportFrom, package: str) -> str:
         """The absolute module a `from ... import` statement imports from."""
         module = dotted(statement.module) if statement.module is not None else ""
-        level = len(statement.relative)
-        if not level:
-            return module or ""
-        parts = package.split(".") if package else []
-        if level > 1:
-            parts = parts[: len(parts) - (level - 1)] if len(parts) >= level - 1 else []
-        return ".".join(p for p in (*parts, module) if p)
+        return absolute_module(package, len(statement.relative), module or "")
 
     def qualify(self, node: cst.BaseExpression) -> Optional[str]:
         """The qualified name of an imported name or an attribute chain on one, else None."""

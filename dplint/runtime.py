@@ -25,8 +25,15 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from dplint.rules import batch_dim_moved, forward_mutates_module_state, module_off_primary_device
-from dplint.rules import scalar_output_from_forward, single_device_data_parallel, uneven_batch, wrapper_state_dict_prefix
+from dplint.rules import (
+    batch_dim_moved,
+    forward_mutates_module_state,
+    module_off_primary_device,
+    scalar_output_from_forward,
+    single_device_data_parallel,
+    uneven_batch,
+    wrapper_state_dict_prefix,
+)
 
 __all__ = ["PitfallError", "PitfallWarning", "checking", "install", "is_installed", "uninstall"]
 

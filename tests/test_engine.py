@@ -178,3 +178,12 @@ def test_wrapped_class_resolved_through_package_reexports_and_relative_imports(t
     assert [(f.path, f.code) for f in lint(tmp_path, cache=False).findings] == [
         (os.path.join("proj", "models", "crnn.py"), "DPL301")
     ]
+
+
+def test_relative_imports_resolve_against_the_package():
+    from dplint.facts import absolute_module
+
+    assert absolute_module("pkg.sub", 0, "torch") == "torch"
+    assert absolute_module("pkg.sub", 1, "models") == "pkg.sub.models"
+    assert absolute_module("pkg.sub", 2, "") == "pkg"
+    assert absolute_module("a.b", 4, "m") == "m"  # more dots than packages: nothing left to climb
