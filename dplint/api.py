@@ -23,7 +23,7 @@ from dplint.engine import (
     scan,
     source_file,
 )
-from dplint.facts import FileFacts, ProjectFacts, collect_file_facts
+from dplint.analysis.facts import FileFacts, ProjectFacts, collect_file_facts
 from dplint.finding import Finding
 from dplint.rules import CHECKS
 

@@ -16,7 +16,7 @@ from typing import Dict, Optional
 
 from dplint import __version__
 from dplint.engine import FileResult
-from dplint.facts import FileFacts
+from dplint.analysis.facts import FileFacts
 
 CACHE_DIR = ".dplint_cache"
 FORMAT = 1

@@ -133,7 +133,7 @@ def overrides(args: argparse.Namespace) -> Dict[str, object]:
 def lint_stdin(name: str, settings: Settings):
     from dplint.api import lint_text
     from dplint.engine import SourceFile, Unreadable, decode, parse_error_finding
-    from dplint.facts import module_identity
+    from dplint.analysis.facts import module_identity
 
     path = Path(name)
     source = SourceFile(str(path.absolute()), name, *module_identity(path.absolute()))

@@ -7,8 +7,8 @@ from typing import Any, Callable, Dict, Optional, TypeVar
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
-from dplint.facts import ProjectFacts
-from dplint.names import ImportMap
+from dplint.analysis.facts import ProjectFacts
+from dplint.analysis.names import ImportMap
 
 T = TypeVar("T")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from dplint.config import Settings
-from dplint.facts import FileFacts, ProjectFacts, collect_file_facts, module_identity
+from dplint.analysis.facts import FileFacts, ProjectFacts, collect_file_facts, module_identity
 from dplint.finding import Edit, Finding, Fix, Location
 from dplint.rule import Report, Rule
 from dplint.rules import CHECKS, ParseError

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import libcst as cst
 
     from dplint.context import FileContext
-    from dplint.facts import ProjectFacts
+    from dplint.analysis.facts import ProjectFacts
 
 
 @dataclass(frozen=True)

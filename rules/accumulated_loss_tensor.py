@@ -6,8 +6,8 @@ from typing import Iterator, Sequence, Set, Tuple
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import ProjectFacts
-from dplint.names import Body, block_body, child_blocks, iter_scope_bodies
+from dplint.analysis.facts import ProjectFacts
+from dplint.analysis.names import Body, block_body, child_blocks, iter_scope_bodies
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 

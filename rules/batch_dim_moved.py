@@ -7,9 +7,9 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import Wrap
-from dplint.inference import Binding, Inference, Kind, Scope, WrappedForwardRule
-from dplint.names import Body, block_body, dotted
+from dplint.analysis.facts import Wrap
+from dplint.analysis.inference import Binding, Inference, Kind, Scope, WrappedForwardRule
+from dplint.analysis.names import Body, block_body, dotted
 from dplint.rule import Invalid, Report, Valid
 
 MOVERS = frozenset({"permute", "transpose", "swapaxes", "swapdims", "movedim", "moveaxis", "t"})

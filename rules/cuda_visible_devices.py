@@ -7,8 +7,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import DATA_PARALLEL
-from dplint.names import (
+from dplint.analysis.facts import DATA_PARALLEL
+from dplint.analysis.names import (
     Body,
     ImportMap,
     block_body,

@@ -7,8 +7,8 @@ import libcst as cst
 from dplint.rules.cuda_visible_devices import variable_write
 
 from dplint.context import FileContext
-from dplint.facts import DATA_PARALLEL
-from dplint.names import iter_calls, iter_small_statements
+from dplint.analysis.facts import DATA_PARALLEL
+from dplint.analysis.names import iter_calls, iter_small_statements
 from dplint.rule import Invalid, Report, Rule, Valid
 
 INDEXED = re.compile(r"cuda:(\d+)")

@@ -6,9 +6,9 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import ProjectFacts
-from dplint.inference import Inference, Kind, Scope
-from dplint.names import dotted
+from dplint.analysis.facts import ProjectFacts
+from dplint.analysis.inference import Inference, Kind, Scope
+from dplint.analysis.names import dotted
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 MOVES = frozenset({"to", "cuda", "cpu"})

@@ -6,8 +6,8 @@ from typing import Iterator, Optional, Sequence, Tuple
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import ProjectFacts
-from dplint.names import iter_calls, iter_small_statements
+from dplint.analysis.facts import ProjectFacts
+from dplint.analysis.names import iter_calls, iter_small_statements
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 # c10/core/Device.cpp parses "type[:index]" with this grammar; the type is case-sensitive.

@@ -6,7 +6,7 @@ from typing import Iterator
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.inference import Inference, ScalarLosses
+from dplint.analysis.inference import Inference, ScalarLosses
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 

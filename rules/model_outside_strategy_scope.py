@@ -6,7 +6,7 @@ from typing import Iterator, Optional, Set
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.names import Body, block_body, child_blocks, iter_calls
+from dplint.analysis.names import Body, block_body, child_blocks, iter_calls
 from dplint.rule import Invalid, Report, Rule, Valid
 
 KERAS_MODELS = frozenset({"Sequential", "Model"})

@@ -6,8 +6,8 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import DATA_PARALLEL, ProjectFacts
-from dplint.inference import Inference, Scope
+from dplint.analysis.facts import DATA_PARALLEL, ProjectFacts
+from dplint.analysis.inference import Inference, Scope
 from dplint.rule import Invalid, Report, Rule, Valid
 
 SHOWN = 5

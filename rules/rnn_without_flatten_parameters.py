@@ -6,8 +6,8 @@ from typing import Iterator, Set
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.inference import Inference, WrappedForwardRule
-from dplint.names import block_body, iter_calls, iter_small_statements
+from dplint.analysis.inference import Inference, WrappedForwardRule
+from dplint.analysis.names import block_body, iter_calls, iter_small_statements
 from dplint.rule import Invalid, Report, Valid
 
 RNN_MODULES = frozenset({"torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN"})

@@ -6,8 +6,8 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.inference import Inference, ScalarLosses, WrappedForwardRule
-from dplint.names import block_body, iter_small_statements
+from dplint.analysis.inference import Inference, ScalarLosses, WrappedForwardRule
+from dplint.analysis.names import block_body, iter_small_statements
 from dplint.rule import Invalid, Report, Valid
 
 

@@ -6,8 +6,8 @@ from typing import FrozenSet, Iterator, List, Tuple
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.inference import WRAPPERS
-from dplint.names import (
+from dplint.analysis.inference import WRAPPERS
+from dplint.analysis.names import (
     Body,
     child_blocks,
     dotted,

@@ -6,9 +6,9 @@ from typing import AbstractSet, Iterator, Optional, Sequence, Set
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import ProjectFacts
-from dplint.inference import WRAPPERS
-from dplint.names import Body, child_blocks, iter_calls, iter_scope_bodies
+from dplint.analysis.facts import ProjectFacts
+from dplint.analysis.inference import WRAPPERS
+from dplint.analysis.names import Body, child_blocks, iter_calls, iter_scope_bodies
 from dplint.rule import Invalid, Report, Rule, Valid
 
 PREFIX = "module."

@@ -181,7 +181,7 @@ def test_wrapped_class_resolved_through_package_reexports_and_relative_imports(t
 
 
 def test_relative_imports_resolve_against_the_package():
-    from dplint.facts import absolute_module
+    from dplint.analysis.facts import absolute_module
 
     assert absolute_module("pkg.sub", 0, "torch") == "torch"
     assert absolute_module("pkg.sub", 1, "models") == "pkg.sub.models"

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from dplint import lint_source
-from dplint.facts import scan_classes
+from dplint.analysis.facts import scan_classes
 
 
 def findings(source: str, select=None):

@@ -48,7 +48,7 @@ def test_crnn_fails_with_dpl301_and_the_gathered_shape(crnn_project):
         ]
     )
     # The failure shows the finding, not a traceback from inside DataParallel.
-    assert "data_parallel.py" not in result.stdout.str() and "runtime.py" not in result.stdout.str()
+    assert "data_parallel.py" not in result.stdout.str() and "dplint/runtime/" not in result.stdout.str()
 
 
 def test_ini_options_and_device_count(crnn_project):

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from dplint import runtime  # noqa: E402
-from dplint.runtime import PitfallError, PitfallWarning  # noqa: E402
+from dplint.runtime import PitfallError, PitfallWarning, dataparallel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ def clean_hook():
     yield
     while runtime.is_installed():
         runtime.uninstall()
-    assert nn.DataParallel.forward is runtime._original_forward
+    assert nn.DataParallel.forward is dataparallel._original_forward
 
 
 @pytest.mark.parametrize(
@@ -89,9 +89,9 @@ def test_install_and_uninstall_restore_the_same_function_and_nest():
     runtime.uninstall()
     assert runtime.is_installed()
     runtime.uninstall()
-    assert nn.DataParallel.forward is original and nn.Module._apply is runtime._original_apply
-    assert nn.DataParallel.__init__ is runtime._original_init
-    assert nn.Module.load_state_dict is runtime._original_load_state_dict
+    assert nn.DataParallel.forward is original and nn.Module._apply is dataparallel._original_apply
+    assert nn.DataParallel.__init__ is dataparallel._original_init
+    assert nn.Module.load_state_dict is dataparallel._original_load_state_dict
     runtime.uninstall()  # one too many: harmless
 
 

@@ -10,7 +10,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import libcst as cst
 
-from dplint.facts import absolute_module
+from dplint.analysis.facts import absolute_module
 
 Body = Sequence[Union[cst.BaseStatement, cst.BaseSmallStatement]]
 

@@ -20,8 +20,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.facts import ProjectFacts, Wrap
-from dplint.names import Body, block_body, child_blocks, dotted
+from dplint.analysis.facts import ProjectFacts, Wrap
+from dplint.analysis.names import Body, block_body, child_blocks, dotted
 from dplint.rule import Rule
 
 
