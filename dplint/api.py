@@ -42,7 +42,11 @@ def default_settings(select: Optional[Iterable[str]] = None) -> Settings:
 
 
 def lint_paths(paths: Sequence[os.PathLike], settings: Optional[Settings] = None, *, jobs: Optional[int] = None, cache: bool = True) -> LintResult:
-    """Lint files and folders: pass 1 collects project facts, pass 2 runs the rules."""
+    """Lint files and folders: pass 1 collects project facts, pass 2 runs the rules on the named files.
+
+    With `settings.project_root` set (the CLI finds it), the facts come from every file of the project,
+    so a run over one staged file still knows that `train.py` wraps the model it defines.
+    """
     settings = settings or default_settings()
     jobs = jobs or os.cpu_count() or 1
     files, problems = discover([Path(p) for p in paths], settings)
@@ -50,21 +54,8 @@ def lint_paths(paths: Sequence[os.PathLike], settings: Optional[Settings] = None
     store = Cache.open(settings.root, settings.digest, cache)
     result = LintResult(files=len(sources))
 
-    stamps = {s.filename: Stamp.of(s.filename) for s in sources}
-    scanned: Dict[str, Scanned] = {}
-    to_scan: List[SourceFile] = []
-    for source in sources:
-        entry = store.scan_entry(source.filename, stamps[source.filename])
-        if entry is None:
-            to_scan.append(source)
-        else:
-            scanned[source.filename] = entry
-    for source, (facts, digest) in zip(to_scan, run_parallel(scan, to_scan, jobs, settings, None)):
-        stamp = stamps[source.filename]
-        if digest and stamp is not None:
-            scanned[source.filename] = Scanned(stamp, digest, facts)
-            store.store_scan(source.filename, scanned[source.filename])
-    project = ProjectFacts.build([entry.facts for entry in scanned.values() if entry.facts is not None])
+    scanned = _scan_project(sources, settings, store, jobs)
+    project = ProjectFacts.build([entry.facts for entry in scanned.values() if entry.facts is not None], _root_of(settings))
 
     cached: List[Tuple[SourceFile, FileResult]] = []
     to_check: List[Tuple[SourceFile, Optional[FileFacts]]] = []
@@ -92,10 +83,45 @@ def lint_paths(paths: Sequence[os.PathLike], settings: Optional[Settings] = None
     return result
 
 
-def lint_text(text: str, file: SourceFile, settings: Settings) -> FileResult:
-    """Lint one text on its own: its project facts are its own."""
+def _root_of(settings: Settings) -> Optional[str]:
+    return str(settings.project_root) if settings.project_root is not None else None
+
+
+def _scan_project(sources: Sequence[SourceFile], settings: Settings, store: Cache, jobs: int) -> Dict[str, Scanned]:
+    """Pass 1 over the named files and, under a project root, every other file of the project."""
+    everything = {source.filename: source for source in sources}
+    if settings.project_root is not None:
+        for path in discover([settings.project_root], settings)[0]:
+            source = source_file(path)
+            everything.setdefault(source.filename, source)
+    stamps = {filename: Stamp.of(filename) for filename in everything}
+    scanned: Dict[str, Scanned] = {}
+    to_scan: List[SourceFile] = []
+    for filename, source in everything.items():
+        entry = store.scan_entry(filename, stamps[filename])
+        if entry is None:
+            to_scan.append(source)
+        else:
+            scanned[filename] = entry
+    for source, (facts, digest) in zip(to_scan, run_parallel(scan, to_scan, jobs, settings, None)):
+        stamp = stamps[source.filename]
+        if digest and stamp is not None:
+            scanned[source.filename] = Scanned(stamp, digest, facts)
+            store.store_scan(source.filename, scanned[source.filename])
+    return scanned
+
+
+def lint_text(text: str, file: SourceFile, settings: Settings, *, cache: bool = True) -> FileResult:
+    """Lint one text as the file it names: under a project root, the project's facts with this text in
+    place of that file (an editor's unsaved buffer, standard input); otherwise its facts are its own."""
     facts = collect_file_facts(text, file.module_name, file.package, file.path)
-    return check_file(file, text, settings, ProjectFacts.build([facts]), facts)
+    others: List[FileFacts] = []
+    if settings.project_root is not None:
+        store = Cache.open(settings.root, settings.digest, cache)
+        scanned = _scan_project([], settings, store, os.cpu_count() or 1)
+        store.save()
+        others = [entry.facts for name, entry in scanned.items() if entry.facts is not None and name != facts.filename]
+    return check_file(file, text, settings, ProjectFacts.build([facts, *others], _root_of(settings)), facts)
 
 
 def lint_source(

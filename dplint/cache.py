@@ -10,16 +10,18 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Dict, Optional
 
 from dplint import __version__
 from dplint.engine import FileResult
-from dplint.analysis.facts import FileFacts
+from dplint.analysis.facts import FileFacts, Wrap
 
 CACHE_DIR = ".dplint_cache"
-FORMAT = 1
+# Pickled facts from another layout would load with missing fields silently defaulted: the layout is
+# part of the format.
+FORMAT = (2, tuple(f.name for f in fields(FileFacts)), tuple(f.name for f in fields(Wrap)))
 
 
 @dataclass(frozen=True)

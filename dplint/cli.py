@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     parser.add_argument("--statistics", action="store_true", help="print the number of findings per rule instead of the findings")
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write .dplint_cache/")
+    parser.add_argument(
+        "--project-root", metavar="DIR", help="where cross-file facts come from (default: the nearest folder with pyproject.toml, setup.cfg, setup.py or .git)"
+    )
     parser.add_argument("-j", "--jobs", type=int, metavar="N", help="worker processes (default: all cores)")
     parser.add_argument("--stdin-filename", metavar="NAME", help="the name to report for code read from standard input")
     parser.add_argument("--explain", metavar="CODE", help="print a rule's documentation and exit")
@@ -127,6 +130,7 @@ def overrides(args: argparse.Namespace) -> Dict[str, object]:
         "per-file-ignores": per_file,
         "exclude": args.exclude,
         "extend-exclude": args.extend_exclude,
+        "project-root": args.project_root,
     }
 
 

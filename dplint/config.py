@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ else:  # pragma: no cover - exercised on Python < 3.11 only
     import tomli as tomllib
 
 from dplint import __version__
+from dplint.analysis.modules import find_project_root
 from dplint.rules import CHECKS, RUNTIME_ONLY
 
 DEFAULT_EXCLUDE = (
@@ -49,6 +51,8 @@ class Settings:
     exclude: Tuple[str, ...] = DEFAULT_EXCLUDE
     root: Path = field(default_factory=Path.cwd)
     config_file: Optional[Path] = None
+    # Where project-level facts come from (every file under it, minus the excluded); None: the named paths.
+    project_root: Optional[Path] = None
 
     @property
     def digest(self) -> str:
@@ -154,6 +158,8 @@ def resolve_settings(start: Path, overrides: Mapping[str, Any], *, isolated: boo
     """Settings for a run over paths under `start`; `overrides` holds command-line values by key."""
     pyproject = None if isolated else find_pyproject(start)
     table: Dict[str, Any] = dict(read_table(pyproject)) if pyproject else {}
+    overrides = dict(overrides)
+    given_root = overrides.pop("project-root", None)
     table.update((key, value) for key, value in overrides.items() if value is not None)
 
     def codes(key: str) -> Optional[FrozenSet[str]]:
@@ -176,7 +182,20 @@ def resolve_settings(start: Path, overrides: Mapping[str, Any], *, isolated: boo
     exclude = _string_list(table["exclude"], "`exclude`") if "exclude" in table else list(DEFAULT_EXCLUDE)
     exclude += _string_list(table.get("extend-exclude", []), "`extend-exclude`")
     root = pyproject.parent if pyproject else Path.cwd()
-    return Settings(frozenset(enabled), tuple(per_file), tuple(exclude), root.resolve(), pyproject)
+    project_root = _project_root(start, given_root, tuple(exclude), isolated)
+    return Settings(frozenset(enabled), tuple(per_file), tuple(exclude), root.resolve(), pyproject, project_root)
+
+
+def _project_root(start: Path, given: Optional[str], exclude: Tuple[str, ...], isolated: bool) -> Optional[Path]:
+    if given is not None:
+        root = Path(os.path.abspath(given))
+        if not root.is_dir():
+            raise ConfigError(f"--project-root: `{given}` is not a folder.")
+        return root
+    if isolated:
+        return None
+    names, _ = _exclusion_patterns(exclude)
+    return find_project_root(start, lambda folder: bool(names.match(folder.name)) or (folder / "pyvenv.cfg").exists())
 
 
 def parse_per_file_ignores(values: Sequence[str]) -> Dict[str, List[str]]:

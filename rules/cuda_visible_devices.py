@@ -199,7 +199,7 @@ class FlowAnalysis:
             names = node.names if isinstance(node.names, Sequence) else ()
             modules = [base] + [f"{base}.{dotted(alias.name)}" if base else (dotted(alias.name) or "") for alias in names]
         for module in filter(None, modules):
-            if self.ctx.project.imports_torch(module):
+            if self.ctx.project.imports_torch(module, self.ctx.filename):
                 function = self.running[-1].name.value if self.running else None
                 indirect = module.split(".")[0] != "torch"
                 return Event(f"`{self.ctx.short_code(node)}`", node, function, imports_torch_indirectly=indirect)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = sorted(p for p in (ROOT / "fixtures").glob("*.py") if not p.name.endswith(".fixed.py"))
+FIXTURES = sorted(p for p in (ROOT / "fixtures").rglob("*.py") if not p.name.endswith(".fixed.py"))
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +25,9 @@ def lint_output():
     return completed.stdout.splitlines()
 
 
-@pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.relative_to(ROOT / "fixtures").as_posix())
 def test_fixture_findings_match_expected_file(fixture, lint_output):
-    shown = f"fixtures/{fixture.name}"
+    shown = fixture.relative_to(ROOT).as_posix()
     actual = [line for line in lint_output if line.startswith(shown + ":")]
     expected = fixture.with_suffix(".txt").read_text().splitlines()
     assert actual == expected
@@ -38,24 +38,27 @@ def test_every_fixture_has_an_expected_file_and_the_summary_counts_them(lint_out
     expected = [line for f in FIXTURES for line in f.with_suffix(".txt").read_text().splitlines()]
     assert [line for line in lint_output if line.startswith("fixtures/")] == sorted(expected)
     fixable = sum(" [*] " in line for line in expected)
-    assert lint_output[-2:] == ["Found 22 errors and 1 warning in 13 files.", f"[*] {fixable} fixable with the `--fix` option."]
+    assert lint_output[-2:] == ["Found 22 errors and 2 warnings in 14 files.", f"[*] {fixable} fixable with the `--fix` option."]
 
 
 def test_fix_gives_the_expected_files_and_is_idempotent(tmp_path):
     for fixture in FIXTURES:
-        (tmp_path / fixture.name).write_bytes(fixture.read_bytes())
+        copy = tmp_path / fixture.relative_to(ROOT / "fixtures")
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(fixture.read_bytes())
     command = [sys.executable, "-m", "dplint", "--no-cache", "--fix", "."]
     first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
-    assert "Fixed 7 errors (16 remaining)." in first.stderr
+    assert "Fixed 7 errors (17 remaining)." in first.stderr
     for fixture in FIXTURES:
         expected = fixture.with_name(fixture.stem + ".fixed.py")
-        assert (tmp_path / fixture.name).read_text() == (expected if expected.exists() else fixture).read_text(), fixture.name
-    fixed_once = {p.name: p.read_bytes() for p in tmp_path.glob("*.py")}
+        copy = tmp_path / fixture.relative_to(ROOT / "fixtures")
+        assert copy.read_text() == (expected if expected.exists() else fixture).read_text(), fixture.name
+    fixed_once = {p: p.read_bytes() for p in tmp_path.rglob("*.py")}
     second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
     assert "Fixed" not in second.stderr
-    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.py")} == fixed_once
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*.py")} == fixed_once
     # What the fixes addressed is gone; only the findings without a fix remain.
-    assert " [*] " not in second.stdout and second.stdout.count(": DPL") == 16
+    assert " [*] " not in second.stdout and second.stdout.count(": DPL") == 17
 
 
 def test_advice_rule_off_by_default_reports_its_fixture_when_selected():

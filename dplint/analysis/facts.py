@@ -12,7 +12,7 @@ import ast
 import hashlib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import (
@@ -26,6 +26,8 @@ from typing import (
     Set,
     Tuple,
 )
+
+from dplint.analysis.modules import ModuleIndex
 
 # Third-party packages that import torch when imported; importing one counts as importing torch.
 TORCH_LIBRARIES = frozenset(
@@ -59,24 +61,23 @@ class Wrap:
     dim: Optional[int]
     path: str
     line: int
-    # The module the wrapping file takes the class from (None: not resolvable), and that file's folder.
+    # The module the wrapping file takes the class from ("" for a class of the wrapping file itself;
+    # None: not resolvable from the text, e.g. a star import), and the wrapping file.
     module: Optional[str] = None
-    directory: str = ""
+    filename: str = ""
+    # The project file that defines the wrapped class, found by `ProjectFacts.build` the way Python
+    # would import it; None when that is unknown.
+    defined_in: Optional[str] = None
 
     def can_mean(self, module_name: str, filename: str) -> bool:
-        """Whether the wrapped class can be the one of that name defined in `module_name` (at `filename`).
+        """Whether the wrapped class can be the one of that name defined in `filename`.
 
-        Package roots differ between how the tree is linted and how it runs, so either dotted name may
-        be a suffix of the other; `from models import CRNN` may re-export `models.crnn.CRNN`. Two
-        top-level script modules are the same only side by side: Python finds `model.py` beside the script.
+        A wrap whose module resolves to no project file (an outside package, or a same-named module of
+        a sibling program) means no class of this project.
         """
         if self.module is None:
             return True
-        wrapped, defined = self.module.split("."), module_name.split(".")
-        if len(wrapped) == 1 and len(defined) == 1:
-            return wrapped == defined and os.path.dirname(os.path.abspath(filename)) == self.directory
-        shorter = min(len(wrapped), len(defined))
-        return wrapped[-shorter:] == defined[-shorter:] or defined[: len(wrapped)] == wrapped
+        return self.defined_in == filename
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class ClassInfo:
 @dataclass(frozen=True)
 class FileFacts:
     module_name: str
+    filename: str = ""
     imports: Tuple[str, ...] = ()
     classes: Tuple[ClassInfo, ...] = ()
     wraps: Tuple[Wrap, ...] = ()
@@ -153,19 +155,20 @@ def scan_imports(text: str, package: str) -> Tuple[str, ...]:
 
 
 def collect_file_facts(text: str, module_name: str, package: str, path: str) -> FileFacts:
+    filename = os.path.abspath(path)
     imports = scan_imports(text, package)
     if "DataParallel" not in text and "def forward" not in text:
-        return FileFacts(module_name, imports)
+        return FileFacts(module_name, filename, imports)
     classes = scan_classes(text)
     if "DataParallel" not in text:
-        return FileFacts(module_name, imports, classes)
+        return FileFacts(module_name, filename, imports, classes)
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return FileFacts(module_name, imports, classes)
-    visitor = _WrapVisitor(path, module_name, package, {info.name for info in classes})
+        return FileFacts(module_name, filename, imports, classes)
+    visitor = _WrapVisitor(path, filename, module_name, package, {info.name for info in classes})
     visitor.visit(tree)
-    return FileFacts(module_name, imports, classes, tuple(visitor.wraps))
+    return FileFacts(module_name, filename, imports, classes, tuple(visitor.wraps))
 
 
 _CLASS_OR_FORWARD = re.compile(
@@ -221,9 +224,9 @@ def _ast_dotted(node: ast.AST) -> Optional[str]:
 class _WrapVisitor(ast.NodeVisitor):
     """Finds `DataParallel(X(...))` and, through the assignments of the enclosing scope, `DataParallel(x)`."""
 
-    def __init__(self, path: str, module_name: str, package: str, local_classes: Set[str]) -> None:
+    def __init__(self, path: str, filename: str, module_name: str, package: str, local_classes: Set[str]) -> None:
         self.path = path
-        self.directory = os.path.dirname(os.path.abspath(path))
+        self.filename = filename
         self.module_name = module_name
         self.package = package
         self.local_classes = local_classes
@@ -259,7 +262,7 @@ class _WrapVisitor(ast.NodeVisitor):
         # Resolved at the end of the scope, so a wrap may name a model assigned after it.
         for call in self.scopes[-1][1]:
             for class_name, module in self._wrapped_classes(call.args[0], depth=0):
-                self.wraps.append(Wrap(class_name, self._dim(call), self.path, call.lineno, module, self.directory))
+                self.wraps.append(Wrap(class_name, self._dim(call), self.path, call.lineno, module, self.filename))
         self.scopes.pop()
 
     visit_Module = visit_FunctionDef = visit_AsyncFunctionDef = _visit_scope
@@ -296,7 +299,8 @@ class _WrapVisitor(ast.NodeVisitor):
             if qualified and not is_torch_module(qualified):
                 module, _, name = qualified.rpartition(".")
                 if isinstance(func, ast.Name) and func.id not in self.aliases:
-                    module = self.module_name if func.id in self.local_classes else ""
+                    yield name, "" if func.id in self.local_classes else None
+                    return
                 yield name, module or None
         elif isinstance(node, ast.Name):
             for scope, _ in reversed(self.scopes):
@@ -306,15 +310,16 @@ class _WrapVisitor(ast.NodeVisitor):
                     return
 
 
-@dataclass(frozen=True)
 class ProjectFacts:
-    # Class whose `forward` runs under DataParallel → the wraps that run it.
-    wrapped: Mapping[str, Tuple[Wrap, ...]] = field(default_factory=dict)
-    # Project modules that import torch when imported (directly or through other project modules).
-    torch_modules: FrozenSet[str] = frozenset()
+    """What the whole project says, for the rules of any one file.
 
-    @classmethod
-    def build(cls, files: Sequence[FileFacts]) -> "ProjectFacts":
+    Imports are resolved lazily, per question: a pre-commit run over one staged file of a
+    2,000-file project asks about a handful of modules, not about every import of every file.
+    """
+
+    def __init__(self, files: Sequence[FileFacts] = (), root: Optional[str] = None) -> None:
+        self.files: Dict[str, FileFacts] = {facts.filename: facts for facts in files}
+        self.index = ModuleIndex(self.files, root or _common_folder(self.files))
         classes: Dict[str, List[ClassInfo]] = {}
         for facts in files:
             for info in facts.classes:
@@ -322,25 +327,65 @@ class ProjectFacts:
         wrapped: Dict[str, List[Wrap]] = {}
         for facts in files:
             for wrap in facts.wraps:
+                resolved = replace(wrap, defined_in=self._defining_file(wrap))
                 for owner in _forward_owners(wrap.class_name, classes):
-                    wrapped.setdefault(owner, []).append(wrap)
-        return cls(
-            wrapped={name: tuple(wraps) for name, wraps in sorted(wrapped.items())},
-            torch_modules=_torch_importers(files),
-        )
+                    wrapped.setdefault(owner, []).append(resolved)
+        # Class whose `forward` runs under DataParallel → the wraps that run it.
+        self.wrapped: Mapping[str, Tuple[Wrap, ...]] = {name: tuple(wraps) for name, wraps in sorted(wrapped.items())}
+        self._imports_torch: Dict[str, bool] = {}
+
+    @classmethod
+    def build(cls, files: Sequence[FileFacts], root: Optional[str] = None) -> "ProjectFacts":
+        return cls(files, root)
 
     def wraps_any(self, class_names: Iterable[str]) -> bool:
         """Whether DataParallel runs the `forward` of any of these classes (by name: a cheap prefilter)."""
         return any(name in self.wrapped for name in class_names)
 
-    def imports_torch(self, module: str) -> bool:
-        """Whether `import module` imports torch (importing `a.b` runs `a/__init__.py` and `a/b.py`)."""
-        return is_torch_module(module) or any(prefix in self.torch_modules for prefix in _prefixes(module))
+    def imports_torch(self, module: str, from_file: str) -> bool:
+        """Whether `import module` in `from_file` imports torch (`a.b` runs `a/__init__.py` and `a/b.py`)."""
+        return is_torch_module(module) or any(self._file_imports_torch(f) for f in self.index.resolve_chain(module, from_file))
+
+    def _file_imports_torch(self, filename: str) -> bool:
+        """Whether importing this project file imports torch, directly or through project modules."""
+        if filename in self._imports_torch:
+            return self._imports_torch[filename]
+        self._imports_torch[filename] = False  # an import cycle adds nothing
+        facts = self.files.get(filename)
+        found = facts is not None and (
+            facts.imports_torch_directly
+            or any(self._file_imports_torch(f) for module in facts.imports for f in self.index.resolve_chain(module, filename))
+        )
+        self._imports_torch[filename] = found
+        return found
+
+    def _defining_file(self, wrap: Wrap, depth: int = 0) -> Optional[str]:
+        """The file that defines the wrapped class, following re-exports (`from .crnn import CRNN`)."""
+        if wrap.module == "":
+            return wrap.filename
+        if wrap.module is None or depth > 4:
+            return None
+        filename = self.index.resolve(wrap.module, wrap.filename)
+        facts = self.files.get(filename) if filename else None
+        if facts is None:
+            return None
+        if wrap.class_name in facts.class_names:
+            return filename
+        source = next((m for m in facts.imports if m.rpartition(".")[2] == wrap.class_name), None)
+        if source is None:
+            return None
+        return self._defining_file(replace(wrap, module=source.rpartition(".")[0], filename=filename), depth + 1)
 
     @cached_property
     def digest(self) -> str:
-        text = repr((sorted((k, v) for k, v in self.wrapped.items()), sorted(self.torch_modules)))
+        """Changes whenever a fact any rule may read changes: the key of every cached check."""
+        text = repr(sorted((name, facts) for name, facts in self.files.items()))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def _common_folder(filenames: Iterable[str]) -> Optional[str]:
+    folders = {os.path.dirname(f) for f in filenames}
+    return os.path.commonpath(list(folders)) if folders else None
 
 
 def _forward_owners(class_name: str, classes: Mapping[str, List[ClassInfo]]) -> List[str]:
@@ -359,26 +404,3 @@ def _forward_owners(class_name: str, classes: Mapping[str, List[ClassInfo]]) -> 
         for info in infos:
             pending.extend(info.bases)
     return owners
-
-
-def _prefixes(module: str) -> Iterable[str]:
-    parts = module.split(".")
-    return (".".join(parts[: i + 1]) for i in range(len(parts)))
-
-
-def _torch_importers(files: Sequence[FileFacts]) -> FrozenSet[str]:
-    project = {facts.module_name for facts in files}
-    importers_of: Dict[str, Set[str]] = {}
-    for facts in files:
-        for imported in facts.imports:
-            for prefix in _prefixes(imported):
-                if prefix in project and prefix != facts.module_name:
-                    importers_of.setdefault(prefix, set()).add(facts.module_name)
-    found = {facts.module_name for facts in files if facts.imports_torch_directly}
-    pending = list(found)
-    while pending:
-        for importer in importers_of.get(pending.pop(), ()):
-            if importer not in found:
-                found.add(importer)
-                pending.append(importer)
-    return frozenset(found)

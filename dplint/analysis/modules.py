@@ -1,0 +1,87 @@
+"""Which project file an import names, resolved the way Python would for the importing file.
+
+A repository often holds several independent programs (one folder per experiment), each with its own
+`models/` or `utils.py`. An import is resolved from the importing file's own folder (a script's folder
+is `sys.path[0]`), then the folder holding its top-level package (`python -m pkg.train`), then the
+ancestors up to the project root (running from the root, or PYTHONPATH set to an ancestor), then the
+project's `src/` folder. A
+same-named module in a sibling program is never chosen: when no candidate folder holds the module it is
+not a project module, and every fact that would depend on it is unknown.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Dict, FrozenSet, Iterable, Optional, Sequence, Tuple
+
+PROJECT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
+
+
+def find_project_root(start: Path, is_boundary: Callable[[Path], bool] = lambda folder: False) -> Optional[Path]:
+    """The nearest folder at or above `start` holding a project marker, else None.
+
+    The search stops at a boundary folder (one the project excludes, such as `site-packages` or a
+    virtualenv): what lies inside it is not part of any project above it.
+    """
+    directory = Path(os.path.abspath(start))
+    if not directory.is_dir():
+        directory = directory.parent
+    for candidate in (directory, *directory.parents):
+        if any((candidate / marker).exists() for marker in PROJECT_MARKERS):
+            return candidate
+        if is_boundary(candidate):
+            return None
+    return None
+
+
+class ModuleIndex:
+    """The project's source files, and the file a dotted module name means from a given file."""
+
+    def __init__(self, filenames: Iterable[str], root: Optional[str] = None) -> None:
+        self.files: FrozenSet[str] = frozenset(filenames)
+        self.root = root
+        self._resolved: Dict[Tuple[str, str], Optional[str]] = {}
+        self._folders: Dict[str, Tuple[str, ...]] = {}
+
+    def resolve(self, module: str, from_file: str) -> Optional[str]:
+        """The project file `import module` loads when run from `from_file`, or None (not a project module)."""
+        directory = os.path.dirname(from_file)
+        key = (module, directory)
+        if key not in self._resolved:
+            self._resolved[key] = self._find(module.replace(".", os.sep), directory)
+        return self._resolved[key]
+
+    def resolve_chain(self, module: str, from_file: str) -> Tuple[str, ...]:
+        """Every project file that `import a.b.c` runs: a/__init__.py, a/b/__init__.py, a/b/c.py."""
+        parts = module.split(".")
+        found = (self.resolve(".".join(parts[: i + 1]), from_file) for i in range(len(parts)))
+        return tuple(f for f in found if f is not None)
+
+    def _find(self, relative: str, directory: str) -> Optional[str]:
+        for folder in self._search_folders(directory):
+            base = os.path.join(folder, relative)
+            for candidate in (base + ".py", os.path.join(base, "__init__.py"), base + ".pyi"):
+                if candidate in self.files:
+                    return candidate
+        return None
+
+    def _search_folders(self, directory: str) -> Sequence[str]:
+        folders = self._folders.get(directory)
+        if folders is None:
+            package_base = directory
+            while os.path.join(package_base, "__init__.py") in self.files and os.path.dirname(package_base) != package_base:
+                package_base = os.path.dirname(package_base)
+            found = [directory, package_base]
+            if self.root is not None and _is_within(directory, self.root):
+                folder = directory
+                while folder != self.root and os.path.dirname(folder) != folder:
+                    folder = os.path.dirname(folder)
+                    found.append(folder)
+                found.append(os.path.join(self.root, "src"))
+            folders = self._folders[directory] = tuple(dict.fromkeys(found))
+        return folders
+
+
+def _is_within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)

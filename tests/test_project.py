@@ -1,0 +1,167 @@
+"""Facts from the whole project, whatever paths are named: how pre-commit and editors run dplint."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dplint.analysis.modules import ModuleIndex, find_project_root
+
+ROOT = Path(__file__).resolve().parent.parent
+CRNN = (ROOT / "fixtures" / "crnn_model.py").read_text()
+WRAPS = "import torch.nn as nn\nfrom models.crnn import CRNN\n\nmodel = nn.DataParallel(CRNN(32, 1, 37, 256))\n"
+DOES_NOT_WRAP = "from models.crnn import CRNN\n\nmodel = CRNN(32, 1, 37, 256)\n"
+
+
+def write(root: Path, relative: str, text: str) -> Path:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def dplint(*args: str, cwd: Path, stdin: str = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dplint", "--format", "concise", *args], cwd=cwd, input=stdin, capture_output=True, text=True
+    )
+
+
+def codes(result: subprocess.CompletedProcess) -> list:
+    return [line.split(": ")[0] + " " + line.split(": ")[1].split()[0] for line in result.stdout.splitlines() if ": DPL" in line]
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A research repo: the model in models/, the DataParallel wrap in train.py."""
+    write(tmp_path, "pyproject.toml", "[project]\nname = 'crnn'\n")
+    write(tmp_path, "models/__init__.py", "")
+    write(tmp_path, "models/crnn.py", CRNN)
+    write(tmp_path, "train.py", WRAPS)
+    return tmp_path
+
+
+# ----- resolution ------------------------------------------------------------------------------------
+
+
+def index(root: Path, *relatives: str) -> ModuleIndex:
+    return ModuleIndex([str(root / r) for r in relatives], str(root))
+
+
+def test_import_resolves_from_the_importing_files_folder_first(tmp_path):
+    modules = index(tmp_path, "exp1/train.py", "exp1/utils.py", "utils.py")
+    assert modules.resolve("utils", str(tmp_path / "exp1/train.py")) == str(tmp_path / "exp1/utils.py")
+    assert modules.resolve("utils", str(tmp_path / "exp2/train.py")) == str(tmp_path / "utils.py")  # an ancestor's
+
+
+def test_a_sibling_programs_module_is_never_chosen(tmp_path):
+    modules = index(tmp_path, "a/train_keras.py", "b/train/__init__.py", "b/train/model_factory.py")
+    assert modules.resolve("train.model_factory", str(tmp_path / "a/train_keras.py")) is None
+    assert modules.resolve("train.model_factory", str(tmp_path / "b/run.py")) == str(tmp_path / "b/train/model_factory.py")
+
+
+def test_absolute_imports_inside_a_package_resolve_from_the_folder_holding_the_package(tmp_path):
+    modules = index(tmp_path, "proj/__init__.py", "proj/models/__init__.py", "proj/models/crnn.py", "proj/train.py")
+    assert modules.resolve("proj.models.crnn", str(tmp_path / "proj/train.py")) == str(tmp_path / "proj/models/crnn.py")
+    assert modules.resolve_chain("proj.models.crnn", str(tmp_path / "proj/train.py")) == tuple(
+        str(tmp_path / r) for r in ("proj/__init__.py", "proj/models/__init__.py", "proj/models/crnn.py")
+    )
+
+
+def test_src_layout_and_namespace_packages(tmp_path):
+    modules = index(tmp_path, "src/pkg/model.py", "scripts/train.py")
+    assert modules.resolve("pkg.model", str(tmp_path / "scripts/train.py")) == str(tmp_path / "src/pkg/model.py")
+
+
+def test_project_root_is_the_nearest_folder_with_a_marker(tmp_path):
+    write(tmp_path, "repo/setup.cfg", "")
+    write(tmp_path, "repo/sub/pkg/model.py", "")
+    assert find_project_root(tmp_path / "repo/sub/pkg/model.py") == tmp_path / "repo"
+    (tmp_path / "repo/sub/.git").mkdir()
+    assert find_project_root(tmp_path / "repo/sub/pkg") == tmp_path / "repo/sub"
+
+
+# ----- through the command line ----------------------------------------------------------------------
+
+
+def test_one_named_file_sees_the_wrap_in_an_unnamed_file(project):
+    result = dplint("--no-cache", "models/crnn.py", cwd=project)
+    assert codes(result) == ["models/crnn.py:54:16 DPL301"], result.stdout + result.stderr
+    assert "train.py:4" in result.stdout
+
+
+def test_findings_are_reported_for_the_named_files_only(project):
+    write(project, "train.py", WRAPS + "import torch\nx = torch.zeros(1)\nx.cuda()\n")
+    assert codes(dplint("--no-cache", "models/crnn.py", cwd=project)) == ["models/crnn.py:54:16 DPL301"]
+    assert "train.py:7:1 DPL101" in codes(dplint("--no-cache", ".", cwd=project))
+
+
+def test_without_a_project_root_the_named_paths_are_the_project(project):
+    (project / "pyproject.toml").unlink()
+    assert codes(dplint("--no-cache", "models/crnn.py", cwd=project)) == []
+    assert codes(dplint("--no-cache", "--project-root", ".", "models/crnn.py", cwd=project)) == ["models/crnn.py:54:16 DPL301"]
+
+
+def test_project_root_option_must_name_a_folder(project):
+    result = dplint("--project-root", "nowhere", "models/crnn.py", cwd=project)
+    assert result.returncode == 2 and "--project-root: `nowhere` is not a folder" in result.stderr
+
+
+def test_excluded_files_give_no_facts(project):
+    write(project, "pyproject.toml", "[tool.dplint]\nextend-exclude = ['train.py']\n")
+    assert codes(dplint("--no-cache", "models/crnn.py", cwd=project)) == []
+
+
+def test_a_changed_fact_in_an_unnamed_file_rechecks_the_named_file(project):
+    assert codes(dplint("models/crnn.py", cwd=project)) == ["models/crnn.py:54:16 DPL301"]
+    write(project, "train.py", DOES_NOT_WRAP)
+    assert codes(dplint("models/crnn.py", cwd=project)) == []  # the cached result is not reused
+    write(project, "train.py", WRAPS)
+    assert codes(dplint("models/crnn.py", cwd=project)) == ["models/crnn.py:54:16 DPL301"]
+
+
+def test_standard_input_is_linted_with_the_projects_facts(project):
+    result = dplint("--no-cache", "--stdin-filename", "models/crnn.py", "-", cwd=project, stdin=CRNN)
+    assert codes(result) == ["models/crnn.py:54:16 DPL301"]
+    # The text read stands in for the file on disk: here train.py itself no longer wraps.
+    result = dplint("--no-cache", "--stdin-filename", "train.py", "-", cwd=project, stdin=DOES_NOT_WRAP)
+    assert result.returncode == 0
+
+
+def test_sibling_programs_fixture_blames_only_the_program_that_imports_torch():
+    result = dplint("--no-cache", "fixtures/sibling_programs", cwd=ROOT)
+    assert codes(result) == ["fixtures/sibling_programs/torch_solution/run.py:7:1 DPL202"]
+
+
+# ----- as pre-commit runs it -------------------------------------------------------------------------
+
+
+def test_pre_commit_with_only_the_model_file_staged(project, tmp_path_factory):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    pytest.importorskip("pre_commit", reason="pre-commit comes with the test extra")
+    home = tmp_path_factory.mktemp("pre-commit-home")
+    environment = {**os.environ, "PRE_COMMIT_HOME": str(home), "GIT_AUTHOR_NAME": "t", "GIT_COMMITTER_NAME": "t",
+                   "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_EMAIL": "t@example.com"}
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=project, check=True, env=environment, capture_output=True)
+
+    git("init", "-q")
+    git("add", "pyproject.toml", "train.py", "models/__init__.py")
+    git("commit", "-qm", "training script")
+    git("add", "models/crnn.py")  # the commit being made touches the model only
+    write(project, "notes.py", "")  # untracked, unstaged: pre-commit must not need it either
+
+    hook = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), "dplint"],
+        cwd=project, capture_output=True, text=True, env=environment, timeout=900,
+    )
+    if "An unexpected error has occurred" in hook.stdout + hook.stderr:
+        pytest.skip(f"pre-commit could not build the hook's environment here: {(hook.stdout + hook.stderr)[-600:]}")
+    assert hook.returncode == 1, hook.stdout + hook.stderr
+    assert "models/crnn.py:54:16: DPL301" in hook.stdout and "train.py:4" in hook.stdout
