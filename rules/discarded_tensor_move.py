@@ -209,6 +209,8 @@ class DiscardedTensorMove(Rule):
         for line, scope in inference.statements:
             for small in line.body:
                 call = small.value if isinstance(small, cst.Expr) else None
+                if call is None or not inference.reachable(small, scope):
+                    continue
                 if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
                     continue
                 if call.func.attr.value not in MOVES:
@@ -225,22 +227,14 @@ class DiscardedTensorMove(Rule):
         if target is None:
             return Report(
                 node=call,
-                message=(
-                    f"`{move}` returns a moved copy of the tensor and this statement throws it away, so it has "
-                    "no effect and the tensor stays on its old device; assign the result to a variable and "
-                    "use that variable, or delete the statement."
-                ),
+                message=f"`{move}` returns a moved copy of the tensor, and this statement discards it.",
                 help="Assign the result to a variable and use it, or delete the statement.",
                 statement=statement,
             )
         assignment = f"{target} = {move}"
         return Report(
             node=call,
-            message=(
-                f"`{move}` returns a moved copy and the copy is discarded, so `{target}` stays on its old "
-                "device and the code after it mixes devices (an error at best, silently CPU-bound or "
-                f"stuck on one GPU at worst); write `{assignment}`."
-            ),
+            message=f"`{move}` returns a moved copy that is discarded; `{target}` itself does not move.",
             help=f"Assign the result: `{assignment}`.",
             fix=FixSpec(message=f"Assign the result to `{target}`", edits=(NodeEdit(statement, f"{target} = ", insert_before=True),)),
             statement=statement,

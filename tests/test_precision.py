@@ -130,15 +130,15 @@ DPL101_CASES = {
         """,
         [],
     ),
-    "a builtin named like a local function is not called": (
+    "a local function named like a builtin is the one called": (
         """
         import torch
         def enumerate(x):
             return x
-        for i, b in enumerate(torch.zeros(2, 2)):
+        for i, b in enumerate(torch.zeros(2, 2)):  # the rows of the tensor, not (index, row)
             i.cuda()
         """,
-        [],
+        [(5, "DPL101")],
     ),
     "string annotations are forward references": (
         """

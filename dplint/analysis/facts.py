@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import (
+    Callable,
     Dict,
     FrozenSet,
     Iterable,
@@ -94,6 +95,9 @@ class FileFacts:
     imports: Tuple[str, ...] = ()
     classes: Tuple[ClassInfo, ...] = ()
     wraps: Tuple[Wrap, ...] = ()
+    # This module's names that hold a tensor (`priors`) or return one when called (`make_priors()`),
+    # each with the project calls that must return a tensor for it to hold.
+    tensor_values: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
 
     @property
     def imports_torch_directly(self) -> bool:
@@ -157,18 +161,183 @@ def scan_imports(text: str, package: str) -> Tuple[str, ...]:
 def collect_file_facts(text: str, module_name: str, package: str, path: str) -> FileFacts:
     filename = os.path.abspath(path)
     imports = scan_imports(text, package)
+    tensor_values = scan_tensor_values(text, module_name, package)
     if "DataParallel" not in text and "def forward" not in text:
-        return FileFacts(module_name, filename, imports)
+        return FileFacts(module_name, filename, imports, tensor_values=tensor_values)
     classes = scan_classes(text)
     if "DataParallel" not in text:
-        return FileFacts(module_name, filename, imports, classes)
+        return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values)
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return FileFacts(module_name, filename, imports, classes)
+        return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values)
     visitor = _WrapVisitor(path, filename, module_name, package, {info.name for info in classes})
     visitor.visit(tree)
-    return FileFacts(module_name, filename, imports, classes, tuple(visitor.wraps))
+    return FileFacts(module_name, filename, imports, classes, tuple(visitor.wraps), tensor_values)
+
+
+_TOP_LEVEL_DEF = re.compile(r"^def[ \t]+(\w+)[ \t]*\(", re.M)
+_TOP_LEVEL_CALL_ASSIGNMENT = re.compile(r"^(\w+)[ \t]*=[ \t]*([A-Za-z_][\w.]*[ \t]*\(.*)$", re.M)
+_BLOCK_END = re.compile(r"\n(?=[^\s#])")
+_RETURN = re.compile(r"^([ \t]+)return\b(.*)$", re.M)
+
+
+def scan_tensor_values(text: str, module_name: str, package: str) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
+    """Top-level functions whose every `return` gives a tensor, and top-level names assigned a call of one.
+
+    Read from the text: each `return` line and the assignments of the name it returns are parsed on
+    their own, so the files that hold no such function cost two substring tests and a regex.
+    """
+    found: List[Tuple[str, Tuple[str, ...]]] = []
+    functions = set(_TOP_LEVEL_DEF.findall(text)) if "return" in text else set()
+    assignments = _TOP_LEVEL_CALL_ASSIGNMENT.findall(text)
+    if not (functions and "torch" in text) and not assignments:
+        return ()
+    evidence = _TensorEvidence(_import_aliases(text, package), module_name, functions)
+    if "torch" in text:
+        for match in _TOP_LEVEL_DEF.finditer(text):
+            deps = evidence.function(text, match)
+            if deps is not None:
+                found.append((f"{module_name}.{match.group(1)}()", tuple(sorted(deps))))
+    names = [name for name, _ in assignments]
+    for name, value in assignments:
+        deps = evidence.expression(value, None, 0) if names.count(name) == 1 and name not in functions else None
+        if deps:  # a call of a project function (a torch factory at module level is rare and cheap to miss)
+            found.append((f"{module_name}.{name}", tuple(sorted(deps))))
+    return tuple(found)
+
+
+def _import_aliases(text: str, package: str) -> Dict[str, str]:
+    aliases: Dict[str, str] = {}
+    for match in _IMPORT_LINE.finditer(text):
+        if match.group("names") is not None:
+            for item in match.group("names").split(","):
+                words = item.split()
+                if len(words) == 3 and words[1] == "as":
+                    aliases[words[2]] = words[0]
+                elif words:
+                    aliases[words[0].split(".")[0]] = words[0].split(".")[0]
+            continue
+        base = absolute_module(package, len(match.group("dots")), match.group("module"))
+        for item in match.group("imported").split(","):
+            words = item.split()
+            if words:
+                local = words[2] if len(words) == 3 and words[1] == "as" else words[0]
+                aliases[local] = f"{base}.{words[0]}" if base else words[0]
+    return aliases
+
+
+# A function's local name → the values it is assigned (None: bound some other way too).
+Assignments = Callable[[str], Optional[List[str]]]
+
+
+class _TensorEvidence:
+    """Whether an expression is shown to be a tensor, and on which project calls that depends (None: not shown)."""
+
+    def __init__(self, aliases: Dict[str, str], module_name: str, functions: Set[str]) -> None:
+        from dplint.analysis import inference  # the torch API tables live with the in-file inference
+
+        self.api = inference
+        self.aliases = aliases
+        self.module_name = module_name
+        self.functions = functions
+
+    def function(self, text: str, match: "re.Match[str]") -> Optional[FrozenSet[str]]:
+        end = _BLOCK_END.search(text, match.end())
+        block = text[match.start() : end.start() if end else len(text)]
+        start = text.rfind("\n", 0, max(match.start() - 1, 0)) + 1
+        if text.startswith("@", start) or re.search(r"\byield\b", block):
+            return None  # a decorator may change what it returns; a generator returns a generator
+        lines = [line for line in block.splitlines()[1:] if line.strip() and not line.lstrip().startswith("#")]
+        returns = list(_RETURN.finditer(block))
+        if not lines or not returns:
+            return None
+        body_indent = min(len(line) - len(line.lstrip()) for line in lines)
+        last = returns[-1]
+        if lines[-1] != last.group(0) or len(last.group(1)) != body_indent:
+            return None  # it may fall off its end and return None
+        assignments = self._assignments(block, block[: block.find(":\n") + 1])
+        deps: Set[str] = set()
+        for returned in returns:
+            found = self.expression(returned.group(2), assignments, 0)
+            if found is None:
+                return None
+            deps |= found
+        return frozenset(deps)
+
+    @staticmethod
+    def _assignments(block: str, signature: str) -> Assignments:
+        """The values a local name is assigned in the block (None when it is bound any other way)."""
+
+        def values(name: str) -> Optional[List[str]]:
+            if re.search(rf"\b{name}\b", signature):
+                return None  # a parameter
+            assigned = re.findall(rf"^[ \t]+{name}[ \t]*=(?!=)[ \t]*(.*)$", block, re.M)
+            other = re.search(rf"(?:\bfor\b[^\n:]*|\bas[ \t]+|,[ \t]*){name}\b|\b{name}[ \t]*,[^\n=]*=(?!=)|{name}[ \t]*:=", block)
+            return assigned if assigned and other is None else None
+
+        return values
+
+    def expression(self, source: str, assignments: Optional[Assignments], depth: int) -> Optional[FrozenSet[str]]:
+        try:
+            node = ast.parse(source.strip(), mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        return self._evident(node, assignments, depth)
+
+    def _evident(self, node: ast.AST, assignments: Optional[Assignments], depth: int) -> Optional[FrozenSet[str]]:
+        api = self.api
+        if depth > 4:
+            return None
+        if isinstance(node, ast.Call):
+            qualified = self._qualify(node.func)
+            if qualified is not None:
+                module, _, last = qualified.rpartition(".")
+                if (module == "torch" and last in api.TENSOR_FACTORIES) or qualified in api.TENSOR_TYPES:
+                    return frozenset()
+                if module == "torch.nn.functional" and last in api.TENSOR_RETURNING_FUNCTIONAL:
+                    return frozenset()
+                return None if is_torch_module(qualified) or "." not in qualified else frozenset({qualified + "()"})
+            if isinstance(node.func, ast.Attribute) and node.func.attr in api.TENSOR_METHODS:
+                return self._evident(node.func.value, assignments, depth + 1)
+            return None
+        if isinstance(node, ast.Name) and assignments is not None:
+            values = assignments(node.id)
+            if values is None:
+                return None
+            deps: Set[str] = set()
+            for value in values:
+                found = self.expression(value, assignments, depth + 1)
+                if found is None:
+                    return None
+                deps |= found
+            return frozenset(deps)
+        if isinstance(node, ast.BinOp):
+            left, right = self._evident(node.left, assignments, depth + 1), self._evident(node.right, assignments, depth + 1)
+            if left is not None and right is not None:
+                return left | right
+            other = node.right if left is not None else node.left
+            number = isinstance(other, ast.Constant) and type(other.value) in (int, float)
+            return (left if left is not None else right) if number else None
+        if isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not):
+            return self._evident(node.operand, assignments, depth + 1)
+        if isinstance(node, ast.Subscript):
+            return self._evident(node.value, assignments, depth + 1)
+        if isinstance(node, ast.Attribute) and node.attr in api.TENSOR_ATTRIBUTES:
+            return self._evident(node.value, assignments, depth + 1)
+        return None
+
+    def _qualify(self, node: ast.AST) -> Optional[str]:
+        name = _ast_dotted(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        target = self.aliases.get(head)
+        if target is None:
+            if head not in self.functions or rest:
+                return None
+            target = f"{self.module_name}.{head}"
+        return f"{target}.{rest}" if rest else target
 
 
 _CLASS_OR_FORWARD = re.compile(
@@ -332,6 +501,8 @@ class ProjectFacts:
                     wrapped.setdefault(owner, []).append(resolved)
         # Class whose `forward` runs under DataParallel → the wraps that run it.
         self.wrapped: Mapping[str, Tuple[Wrap, ...]] = {name: tuple(wraps) for name, wraps in sorted(wrapped.items())}
+        # Qualified names known to hold a tensor (`config.priors`) or to return one when called (`utils.make_priors()`).
+        self.tensor_values: FrozenSet[str] = _tensor_values(files)
         self._imports_torch: Dict[str, bool] = {}
 
     @classmethod
@@ -376,6 +547,14 @@ class ProjectFacts:
             return None
         return self._defining_file(replace(wrap, module=source.rpartition(".")[0], filename=filename), depth + 1)
 
+    def is_tensor(self, qualified: str) -> bool:
+        """Whether a project name holds a tensor (`config.priors`) or a call of it returns one (`utils.make()`)."""
+        return _find_project_name(qualified, self._tensor_values_by_last_name) is not None
+
+    @cached_property
+    def _tensor_values_by_last_name(self) -> Mapping[str, Tuple[str, ...]]:
+        return _by_last_name(self.tensor_values)
+
     @cached_property
     def digest(self) -> str:
         """Changes whenever a fact any rule may read changes: the key of every cached check."""
@@ -386,6 +565,43 @@ class ProjectFacts:
 def _common_folder(filenames: Iterable[str]) -> Optional[str]:
     folders = {os.path.dirname(f) for f in filenames}
     return os.path.commonpath(list(folders)) if folders else None
+
+
+def _by_last_name(names: Iterable[str]) -> Dict[str, Tuple[str, ...]]:
+    index: Dict[str, List[str]] = {}
+    for name in names:
+        index.setdefault(name.rpartition(".")[2], []).append(name)
+    return {last: tuple(found) for last, found in index.items()}
+
+
+def _find_project_name(qualified: str, index: Mapping[str, Tuple[str, ...]]) -> Optional[str]:
+    """The one project name that `qualified` can mean (package roots differ: either may be a suffix of the
+    other); None when there is none or more than one."""
+    parts = qualified.split(".")
+    matches = []
+    for candidate in index.get(parts[-1], ()):
+        other = candidate.split(".")
+        shorter = min(len(parts), len(other))
+        if parts[-shorter:] == other[-shorter:]:
+            matches.append(candidate)
+    return matches[0] if len(matches) == 1 else None
+
+
+def _tensor_values(files: Sequence[FileFacts]) -> FrozenSet[str]:
+    """The project names shown to be tensors, through chains of calls between the project's functions."""
+    candidates: Dict[str, Tuple[str, ...]] = {}
+    for facts in files:
+        candidates.update(facts.tensor_values)
+    index = _by_last_name(candidates)
+    known: Set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, deps in candidates.items():
+            if name not in known and all(_find_project_name(dep, index) in known for dep in deps):
+                known.add(name)
+                changed = True
+    return frozenset(known)
 
 
 def _forward_owners(class_name: str, classes: Mapping[str, List[ClassInfo]]) -> List[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -35,6 +35,8 @@ class WrappedForwardRule(Rule):
 
 class Kind(enum.Enum):
     TENSOR = "tensor"
+    TENSOR_LIST = "tensor list"  # a list or tuple whose every element is a tensor
+    TENSOR_DICT = "tensor dict"  # a dict whose every value is a tensor
     MODULE = "module"
     LOADER = "loader"  # a torch DataLoader with the default collate: iterating it yields tensors
     OTHER = "other"
@@ -98,8 +100,19 @@ def is_module_class_name(qualified: str) -> bool:
     return head in ("torch.nn", "torch.nn.modules") and last[:1].isupper() and "Parameter" not in last
 
 
-# A loop target's kind: one kind for every element, or a tuple of shapes (from `enumerate`/`zip`).
+# A loop target's or an unpacked value's kind: one kind for every element, or a tuple of shapes.
 Shape = Union[Kind, Tuple["Shape", ...]]
+
+# Container methods that add one element (the argument at that index) or all elements of the argument.
+ELEMENT_ADDERS = {"append": 0, "add": 0, "insert": 1, "setdefault": 1}
+CONTAINER_ADDERS = frozenset({"extend", "update"})
+# Calls that end the program: the code after them is unreachable.
+EXITS = frozenset({"sys.exit", "os._exit"})
+# Decorators that keep what the function returns.
+TRANSPARENT_DECORATORS = frozenset({"staticmethod", "classmethod", "no_grad", "inference_mode", "enable_grad", "lru_cache", "cache"})
+# Torch functions and tensor methods that return a tuple or list of tensors.
+TENSOR_SEQUENCE_FUNCTIONS = frozenset({"split", "chunk", "unbind", "tensor_split", "meshgrid", "broadcast_tensors"})
+TENSOR_SEQUENCE_METHODS = frozenset({"split", "chunk", "unbind", "tensor_split"})
 
 
 @dataclass(eq=False)
@@ -108,8 +121,22 @@ class Binding:
     kind: Optional[Kind] = None  # a fixed kind (annotation, import, def)
     augmented: bool = False  # name op= value: only a tensor operand changes what the name holds
     loop_iter: Optional[cst.BaseExpression] = None  # for ... in loop_iter
-    loop_path: Tuple[int, ...] = ()
+    loop_path: Tuple[int, ...] = ()  # the position in the loop target, or in the unpacked value
+    unpacked: Optional[cst.BaseExpression] = None  # ..., name, ... = unpacked
+    adds_element: bool = False  # container[key] = value, container.append(value): one more element
+    adds_elements: bool = False  # container.extend(value), container.update(value)
+    imported: Optional[str] = None  # from module import name: the qualified name
     parameter: Optional[Tuple[cst.FunctionDef, cst.Param]] = None  # inferred from call sites
+
+    @property
+    def keeps_previous(self) -> bool:
+        """Whether the name may still hold what it held before (the binding changes it in place)."""
+        return self.augmented or self.adds_element or self.adds_elements
+
+
+# What a scope's own names may hold at a program point: the bindings that reach it.
+Env = Dict[str, FrozenSet[Binding]]
+Definitions = List[Tuple[str, Binding]]
 
 
 @dataclass(eq=False)
@@ -118,6 +145,7 @@ class ClassModel:
     is_module: bool
     attributes: Dict[str, List[Tuple[Binding, "Scope"]]] = field(default_factory=dict)
     parameters: Set[str] = field(default_factory=set)  # attributes that hold an nn.Parameter
+    methods: Dict[str, Tuple[cst.FunctionDef, "Scope"]] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -126,14 +154,27 @@ class Scope:
     function: Optional[cst.FunctionDef] = None
     owner: Optional[ClassModel] = None  # the class a method belongs to
     self_name: Optional[str] = None
-    bindings: Dict[str, List[Binding]] = field(default_factory=dict)
+    bindings: Dict[str, List[Binding]] = field(default_factory=dict)  # every binding, in source order
+    body: Body = ()
+    entry: Definitions = field(default_factory=list)  # the parameters
+    returns: List[cst.Return] = field(default_factory=list)
+    generator: bool = False
+    # Filled by the flow analysis, on first need: each reachable statement with what reaches it, and
+    # what reaches the end of the body (None when the end is unreachable).
+    reaching: Optional[Dict[int, Tuple[cst.CSTNode, Env]]] = None
+    exit: Optional[Env] = None
+    name_reaching: Optional[Dict[int, Env]] = None  # each name read in a reachable statement
 
     def bind(self, name: str, binding: Binding) -> None:
         self.bindings.setdefault(name, []).append(binding)
 
 
 class Inference:
-    """Scopes, bindings and class attributes of one file, and the kind of any expression in it."""
+    """Scopes, bindings and class attributes of one file, and the kind of any expression in it.
+
+    Two passes: the first walks the tree once, recording every binding and which statement makes it;
+    the second, run per scope on first need, flows the bindings along the scope's control flow.
+    """
 
     @classmethod
     def of(cls, ctx: FileContext) -> "Inference":
@@ -142,59 +183,79 @@ class Inference:
 
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
-        self.module_scope = Scope(None)
+        self.module_scope = Scope(None, body=ctx.module.body)
         self.classes: Dict[str, ClassModel] = {}
         self.functions: Dict[str, List[Tuple[cst.FunctionDef, Scope]]] = {}
         self.statements: List[Tuple[cst.SimpleStatementLine, Scope]] = []
         self._scope_of_function: Dict[cst.FunctionDef, Scope] = {}
         self._call_sites: Optional[Dict[str, List[Tuple[cst.Call, Scope]]]] = None
         self._in_progress: Set[Tuple[int, str]] = set()
+        self._definitions: Dict[int, Definitions] = {}  # statement → the bindings it makes
+        self._sink: Definitions = []
+        self._comprehension_names: Dict[str, Shape] = {}  # while the element of a comprehension is inferred
         self._walk(ctx.module.body, self.module_scope, None)
 
     # ----- building -------------------------------------------------------------------------------
+
+    def _defines(self, node: cst.CSTNode) -> None:
+        """The bindings made from now on are made by `node`."""
+        self._sink = self._definitions.setdefault(id(node), [])
+
+    def _bind(self, scope: Scope, name: str, binding: Binding, *, listed: bool = True) -> None:
+        """Bind a name; `listed=False` for in-place changes that only the flow analysis sees."""
+        if listed:
+            scope.bind(name, binding)
+        self._sink.append((name, binding))
 
     def _walk(self, body: Body, scope: Scope, class_model: Optional[ClassModel]) -> None:
         for statement in body:
             if isinstance(statement, cst.SimpleStatementLine):
                 self.statements.append((statement, scope))
                 for small in statement.body:
+                    self._defines(small)
                     self._bind_small(small, scope)
             elif isinstance(statement, cst.FunctionDef):
+                self._defines(statement)
                 self._function(statement, scope, class_model)
             elif isinstance(statement, cst.ClassDef):
+                self._defines(statement)
                 self._class(statement, scope)
             elif isinstance(statement, cst.BaseCompoundStatement):
+                self._defines(statement)
                 self._bind_compound(statement, scope)
                 for block in child_blocks(statement):
                     self._walk(block, scope, class_model)
 
     def _function(self, node: cst.FunctionDef, scope: Scope, class_model: Optional[ClassModel]) -> None:
-        scope.bind(node.name.value, Binding(kind=Kind.OTHER))
+        self._bind(scope, node.name.value, Binding(kind=Kind.OTHER))
         # Methods see the enclosing function or module, never the class body.
         parent = scope if class_model is None else (scope.parent or self.module_scope)
-        inner = Scope(parent, function=node, owner=class_model)
+        inner = Scope(parent, function=node, owner=class_model, body=block_body(node.body))
+        self._sink = inner.entry
         params = list(node.params.posonly_params) + list(node.params.params)
         if class_model is not None and params and not _is_static(node):
             inner.self_name = params[0].name.value
-            inner.bind(inner.self_name, Binding(kind=Kind.MODULE if class_model.is_module else Kind.OTHER))
+            self._bind(inner, inner.self_name, Binding(kind=Kind.MODULE if class_model.is_module else Kind.OTHER))
             params = params[1:]
         for param in params + list(node.params.kwonly_params):
             kind = self._annotation_kind(param.annotation)
-            inner.bind(param.name.value, Binding(kind=kind) if kind else Binding(parameter=(node, param)))
+            self._bind(inner, param.name.value, Binding(kind=kind) if kind else Binding(parameter=(node, param)))
         for star in (node.params.star_arg, node.params.star_kwarg):
             if isinstance(star, cst.Param):
-                inner.bind(star.name.value, Binding(kind=Kind.OTHER))
+                self._bind(inner, star.name.value, Binding(kind=Kind.OTHER))
         self._scope_of_function[node] = inner
         if class_model is None:
             self.functions.setdefault(node.name.value, []).append((node, inner))
+        else:
+            class_model.methods[node.name.value] = (node, inner)
         self._walk(block_body(node.body), inner, None)
 
     def _class(self, node: cst.ClassDef, scope: Scope) -> None:
-        scope.bind(node.name.value, Binding(kind=Kind.OTHER))
+        self._bind(scope, node.name.value, Binding(kind=Kind.OTHER))
         is_module = any(self._is_module_base(base.value) for base in node.bases)
         model = ClassModel(node, is_module)
         self.classes[node.name.value] = model
-        self._walk(block_body(node.body), Scope(scope), model)
+        self._walk(block_body(node.body), Scope(scope, body=block_body(node.body)), model)
 
     def _is_module_base(self, base: cst.BaseExpression) -> bool:
         qualified = self.ctx.qualify(base)
@@ -207,29 +268,62 @@ class Inference:
         if isinstance(small, cst.Assign):
             for target in small.targets:
                 self._bind_target(target.target, small.value, scope)
+            self._note_yield(small.value, scope)
         elif isinstance(small, cst.AnnAssign):
             kind = self._annotation_kind(small.annotation)
             if isinstance(small.target, cst.Name):
-                scope.bind(small.target.value, Binding(kind=kind) if kind else Binding(value=small.value))
+                self._bind(scope, small.target.value, Binding(kind=kind) if kind else Binding(value=small.value))
             elif small.value is not None:
                 self._bind_target(small.target, small.value, scope)
         elif isinstance(small, cst.AugAssign):
             if isinstance(small.target, cst.Name):
-                scope.bind(small.target.value, Binding(value=small.value, augmented=True))
+                self._bind(scope, small.target.value, Binding(value=small.value, augmented=True))
             else:
                 self._bind_attribute(small.target, Binding(value=small.value, augmented=True), scope)
-        elif isinstance(small, (cst.Import, cst.ImportFrom)):
-            names = small.names if isinstance(small.names, Sequence) else ()
-            for alias in names:
+        elif isinstance(small, cst.Import):
+            for alias in small.names:
                 local = alias.asname.name if alias.asname is not None else alias.name
                 name = dotted(local) if isinstance(local, (cst.Name, cst.Attribute)) else None
                 if name:
-                    scope.bind(name.split(".")[0], Binding(kind=Kind.OTHER))
+                    self._bind(scope, name.split(".")[0], Binding(kind=Kind.OTHER))
+        elif isinstance(small, cst.ImportFrom):
+            names = small.names if isinstance(small.names, Sequence) else ()
+            for alias in names:
+                local = alias.asname.name if alias.asname is not None else alias.name
+                if isinstance(local, cst.Name):
+                    self._bind(scope, local.value, Binding(imported=self.ctx.imports.imported(local.value)))
         elif isinstance(small, (cst.Global, cst.Nonlocal)):
             for item in small.names:
-                scope.bind(item.name.value, Binding(kind=Kind.OTHER))
+                self._bind(scope, item.name.value, Binding(kind=Kind.OTHER))
         elif isinstance(small, cst.Expr):
             self._bind_registration(small.value, scope)
+            self._bind_container_call(small.value, scope)
+            self._note_yield(small.value, scope)
+        elif isinstance(small, cst.Return):
+            scope.returns.append(small)
+
+    @staticmethod
+    def _note_yield(value: Optional[cst.BaseExpression], scope: Scope) -> None:
+        if isinstance(value, cst.Yield):
+            scope.generator = True
+
+    def _bind_container_call(self, value: cst.BaseExpression, scope: Scope) -> None:
+        """`items.append(x)`, `items.extend(xs)`: the local container `items` gains elements."""
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
+            return
+        receiver, method = value.func.value, value.func.attr.value
+        if not (isinstance(receiver, cst.Name) and receiver.value in scope.bindings):
+            return
+        positional = [arg.value for arg in value.args if arg.keyword is None and not arg.star]
+        if method in ELEMENT_ADDERS:
+            index = ELEMENT_ADDERS[method]
+            element = positional[index] if index < len(positional) else None
+            binding = Binding(value=element, adds_element=True)
+        elif method in CONTAINER_ADDERS:
+            binding = Binding(value=positional[0] if len(positional) == 1 else None, adds_elements=True)
+        else:
+            return
+        self._bind(scope, receiver.value, binding, listed=False)
 
     def _bind_registration(self, value: cst.BaseExpression, scope: Scope) -> None:
         """`self.register_buffer("name", tensor)` / `self.register_parameter("name", param)`."""
@@ -247,21 +341,29 @@ class Inference:
             if method == "register_parameter":
                 scope.owner.parameters.add(name)
 
-    def _bind_target(self, target: cst.BaseExpression, value: Optional[cst.BaseExpression], scope: Scope) -> None:
+    def _bind_target(self, target: cst.BaseExpression, value: Optional[cst.BaseExpression], scope: Scope, path: Tuple[int, ...] = ()) -> None:
+        """Bind `target = value`; `path` is the target's position inside `value` when that is unpacked."""
         if isinstance(target, cst.Name):
-            scope.bind(target.value, Binding(value=value))
+            self._bind(scope, target.value, Binding(unpacked=value, loop_path=path) if path else Binding(value=value))
         elif isinstance(target, (cst.Tuple, cst.List)):
-            values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
+            values = value.elements if isinstance(value, (cst.Tuple, cst.List)) and not path else None
+            if values is not None and (len(values) != len(target.elements) or any(isinstance(v, cst.StarredElement) for v in values)):
+                values = None
             for index, element in enumerate(target.elements):
-                pair = None
-                if values is not None and len(values) == len(target.elements) and not isinstance(element, cst.StarredElement):
-                    pair = values[index].value
-                if isinstance(element, cst.StarredElement) or pair is None:
+                if isinstance(element, cst.StarredElement):
+                    self._bind_unknown(element.value, scope)
+                elif values is not None:
+                    self._bind_target(element.value, values[index].value, scope)
+                elif value is None:
                     self._bind_unknown(element.value, scope)
                 else:
-                    self._bind_target(element.value, pair, scope)
+                    self._bind_target(element.value, value, scope, path + (index,))
         elif isinstance(target, cst.Attribute):
-            self._bind_attribute(target, Binding(value=value), scope)
+            self._bind_attribute(target, Binding(unpacked=value, loop_path=path) if path else Binding(value=value), scope)
+        elif isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and target.value.value in scope.bindings:
+            binding = Binding(unpacked=value, loop_path=path) if path else Binding(value=value)
+            binding.adds_element = True
+            self._bind(scope, target.value.value, binding, listed=False)
 
     def _bind_attribute(self, target: cst.BaseExpression, binding: Binding, scope: Scope) -> None:
         if not (isinstance(target, cst.Attribute) and scope.owner is not None):
@@ -280,7 +382,7 @@ class Inference:
 
     def _bind_unknown(self, target: cst.BaseExpression, scope: Scope) -> None:
         if isinstance(target, cst.Name):
-            scope.bind(target.value, Binding(kind=Kind.OTHER))
+            self._bind(scope, target.value, Binding(kind=Kind.OTHER))
         elif isinstance(target, (cst.Tuple, cst.List)):
             for element in target.elements:
                 self._bind_unknown(element.value, scope)
@@ -294,14 +396,15 @@ class Inference:
             for item in statement.items:
                 if item.asname is not None:
                     self._bind_unknown(item.asname.name, scope)
-        elif isinstance(statement, cst.Try):
+        elif isinstance(statement, cst.Try) or isinstance(statement, getattr(cst, "TryStar", ())):
             for handler in statement.handlers:
                 if handler.name is not None:
+                    self._defines(handler)
                     self._bind_unknown(handler.name.name, scope)
 
     def _bind_loop(self, target: cst.BaseExpression, iterable: cst.BaseExpression, scope: Scope, path: Tuple[int, ...]) -> None:
         if isinstance(target, cst.Name):
-            scope.bind(target.value, Binding(loop_iter=iterable, loop_path=path))
+            self._bind(scope, target.value, Binding(loop_iter=iterable, loop_path=path))
         elif isinstance(target, (cst.Tuple, cst.List)):
             for index, element in enumerate(target.elements):
                 if isinstance(element, cst.StarredElement):
@@ -327,30 +430,102 @@ class Inference:
             return Kind.MODULE
         return Kind.OTHER
 
+    # ----- control flow ---------------------------------------------------------------------------
+
+    def reachable(self, node: cst.CSTNode, scope: Scope) -> bool:
+        """Whether a statement of `scope` (a small statement or a compound one) can run at all."""
+        return id(node) in self._flowed(scope)
+
+    def _flowed(self, scope: Scope) -> Dict[int, Tuple[cst.CSTNode, Env]]:
+        if scope.reaching is None:
+            flow = _Flow(self, scope)
+            entry = flow.apply(scope.entry, {})
+            scope.exit = flow.block(scope.body, entry)
+            scope.reaching = flow.reaching
+        return scope.reaching
+
+    def _reaching(self, name: cst.Name, scope: Scope) -> Optional[FrozenSet[Binding]]:
+        """The bindings of the scope's own `name` that reach this read of it (None: not a read seen by the flow)."""
+        if scope.name_reaching is None:
+            scope.name_reaching = {}
+            for node, env in self._flowed(scope).values():
+                collector = _NameReads()
+                for part in _evaluated_parts(node):
+                    part.visit(collector)
+                for read in collector.reads:
+                    scope.name_reaching[id(read)] = env
+        env = scope.name_reaching.get(id(name))
+        return None if env is None else env.get(name.value, frozenset())
+
+    def exits_program(self, small: cst.BaseSmallStatement, scope: Scope) -> bool:
+        """`sys.exit(...)`, `exit()`: nothing after it runs."""
+        call = small.value if isinstance(small, cst.Expr) else None
+        if not isinstance(call, cst.Call):
+            return False
+        if isinstance(call.func, cst.Name) and call.func.value in ("exit", "quit"):
+            return self._lookup(call.func.value, scope)[0] is None
+        return self.ctx.qualify(call.func) in EXITS
+
     # ----- querying -------------------------------------------------------------------------------
 
     def kind(self, expr: cst.BaseExpression, scope: Scope) -> Kind:
+        """What `expr` holds where it is written (it must lie in a statement of `scope`)."""
         return self._kind(expr, scope) or Kind.OTHER
 
     def _kind(self, expr: cst.BaseExpression, scope: Scope) -> Optional[Kind]:
         if isinstance(expr, cst.Name):
-            return self._name_kind(expr.value, scope)
+            return self._name_kind(expr, scope)
         if isinstance(expr, cst.Attribute):
             return self._attribute_kind(expr, scope)
         if isinstance(expr, cst.Call):
             return self._call_kind(expr, scope)
         if isinstance(expr, cst.Subscript):
-            return _tensor_if(self._kind(expr.value, scope))
+            return self._subscript_kind(expr, scope)
         if isinstance(expr, cst.BinaryOperation):
             sides = (self._kind(expr.left, scope), self._kind(expr.right, scope))
-            if Kind.TENSOR in sides and Kind.MODULE not in sides:
+            if Kind.TENSOR in sides and all(side in (None, Kind.TENSOR, Kind.OTHER) for side in sides):
                 return Kind.TENSOR
             return None if sides == (None, None) else Kind.OTHER
         if isinstance(expr, cst.UnaryOperation):
             return _tensor_if(self._kind(expr.expression, scope))
         if isinstance(expr, cst.IfExp):
             return join(self._kind(expr.body, scope), self._kind(expr.orelse, scope))
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            if any(isinstance(element, cst.StarredElement) for element in expr.elements):
+                return Kind.OTHER
+            return _all_tensors([self._kind(element.value, scope) for element in expr.elements], Kind.TENSOR_LIST)
+        if isinstance(expr, cst.Dict):
+            if not all(isinstance(element, cst.DictElement) for element in expr.elements):
+                return Kind.OTHER
+            return _all_tensors([self._kind(element.value, scope) for element in expr.elements], Kind.TENSOR_DICT)
+        if isinstance(expr, (cst.ListComp, cst.GeneratorExp)):
+            return _all_tensors([self._comprehension_kind(expr, expr.elt, scope)], Kind.TENSOR_LIST)
+        if isinstance(expr, cst.DictComp):
+            return _all_tensors([self._comprehension_kind(expr, expr.value, scope)], Kind.TENSOR_DICT)
         return Kind.OTHER
+
+    def _subscript_kind(self, expr: cst.Subscript, scope: Scope) -> Optional[Kind]:
+        base = self._kind(expr.value, scope)
+        if base is Kind.TENSOR_LIST and any(isinstance(element.slice, cst.Slice) for element in expr.slice):
+            return Kind.TENSOR_LIST
+        if base in (Kind.TENSOR_LIST, Kind.TENSOR_DICT):
+            return Kind.TENSOR
+        return _tensor_if(base)
+
+    def _comprehension_kind(self, comprehension: cst.BaseComp, element: cst.BaseExpression, scope: Scope) -> Optional[Kind]:
+        """The kind of a comprehension's element, its loop variables bound to what they iterate over."""
+        saved = self._comprehension_names
+        names = dict(saved)
+        try:
+            clause: Optional[cst.CompFor] = comprehension.for_in
+            while clause is not None:
+                shape = self._element_shape(clause.iter, scope)
+                self._comprehension_names = names
+                _bind_shape(clause.target, shape, names)
+                clause = clause.inner_for_in
+            return self._kind(element, scope)
+        finally:
+            self._comprehension_names = saved
 
     def _lookup(self, name: str, scope: Scope) -> Tuple[Optional[List[Binding]], Scope]:
         current: Optional[Scope] = scope
@@ -360,53 +535,101 @@ class Inference:
             current = current.parent
         return None, scope
 
-    def _name_kind(self, name: str, scope: Scope) -> Optional[Kind]:
+    def _name_kind(self, node: cst.Name, scope: Scope) -> Optional[Kind]:
+        name = node.value
+        if name in self._comprehension_names:
+            return _at_path(self._comprehension_names[name], ())
         bindings, owner = self._lookup(name, scope)
         if bindings is None:
             return Kind.OTHER  # builtins, star imports, names from elsewhere
-        key = (id(owner), name)
+        # A name of an enclosing scope is read when the function runs, after any of its bindings.
+        reaching = self._reaching(node, owner) if owner is scope else None
+        if reaching is not None and not reaching:
+            return Kind.OTHER  # not bound on any path to this read
+        key = (id(owner), name, reaching)
         if key in self._in_progress:
             return None
         self._in_progress.add(key)
         try:
-            result: Optional[Kind] = None
-            for binding in bindings:
-                result = join(result, self._binding_kind(binding, owner))
-                if result is Kind.OTHER:
-                    break
-            return result
+            return self._join_bindings(bindings if reaching is None else reaching, owner)
         finally:
             self._in_progress.discard(key)
 
+    def _join_bindings(self, bindings: Iterable[Binding], scope: Scope) -> Optional[Kind]:
+        """What a name holds after any of these bindings; in-place changes only spoil what they change."""
+        result: Optional[Kind] = None
+        changes: List[Binding] = []
+        for binding in bindings:
+            if binding.adds_element or binding.adds_elements:
+                changes.append(binding)
+                continue
+            result = join(result, self._binding_kind(binding, scope))
+            if result is Kind.OTHER:
+                return result
+        if result in (Kind.TENSOR_LIST, Kind.TENSOR_DICT):
+            for change in changes:
+                added = self._binding_kind(change, scope)
+                expected = Kind.TENSOR if change.adds_element else result
+                if added not in (None, expected):
+                    return Kind.OTHER
+        return result
+
     def _binding_kind(self, binding: Binding, scope: Scope) -> Optional[Kind]:
+        saved, self._comprehension_names = self._comprehension_names, {}
+        try:
+            return self._bound_kind(binding, scope)
+        finally:
+            self._comprehension_names = saved
+
+    def _bound_kind(self, binding: Binding, scope: Scope) -> Optional[Kind]:
         if binding.kind is not None:
             return binding.kind
         if binding.augmented:
             return Kind.TENSOR if self._kind(binding.value, scope) is Kind.TENSOR else None
         if binding.loop_iter is not None:
             return _at_path(self._element_shape(binding.loop_iter, scope), binding.loop_path)
+        if binding.unpacked is not None:
+            return _at_path(self._element_shape(binding.unpacked, scope, unpacking=True), binding.loop_path)
         if binding.parameter is not None:
             return self._parameter_kind(*binding.parameter)
+        if binding.imported is not None:
+            return Kind.TENSOR if self.ctx.project.is_tensor(binding.imported) else Kind.OTHER
         if binding.value is None:
             return Kind.OTHER
         return self._kind(binding.value, scope)
 
-    def _element_shape(self, iterable: cst.BaseExpression, scope: Scope) -> Shape:
-        if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.args:
+    def _element_shape(self, iterable: cst.BaseExpression, scope: Scope, unpacking: bool = False) -> Shape:
+        """What iterating over `iterable` (or unpacking it) yields."""
+        if not unpacking and isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.args:
             builtin = iterable.func.value
             if self._lookup(builtin, scope)[0] is None and not any(arg.star for arg in iterable.args):
                 if builtin == "enumerate":
                     return (Kind.OTHER, self._element_shape(iterable.args[0].value, scope))
                 if builtin == "zip" and not any(arg.keyword for arg in iterable.args):
                     return tuple(self._element_shape(arg.value, scope) for arg in iterable.args)
+        if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute) and not iterable.args:
+            method, receiver = iterable.func.attr.value, self._kind(iterable.func.value, scope)
+            if receiver is Kind.TENSOR_DICT and method in ("values", "items"):
+                return Kind.TENSOR if method == "values" else (Kind.OTHER, Kind.TENSOR)
+            if receiver is Kind.MODULE and method in ("parameters", "buffers"):
+                return Kind.TENSOR
+            if receiver is Kind.MODULE and method in ("named_parameters", "named_buffers"):
+                return (Kind.OTHER, Kind.TENSOR)
+        if unpacking and isinstance(iterable, (cst.Tuple, cst.List)):
+            if any(isinstance(element, cst.StarredElement) for element in iterable.elements):
+                return Kind.OTHER
+            return tuple(self._kind(element.value, scope) or Kind.OTHER for element in iterable.elements)
         kind = self._kind(iterable, scope)
-        return Kind.TENSOR if kind in (Kind.LOADER, Kind.TENSOR) else Kind.OTHER
+        return Kind.TENSOR if kind in (Kind.LOADER, Kind.TENSOR, Kind.TENSOR_LIST) else Kind.OTHER
 
     def _attribute_kind(self, expr: cst.Attribute, scope: Scope) -> Optional[Kind]:
         base = expr.value
         if isinstance(base, cst.Name) and scope.self_name is not None and base.value == scope.self_name:
             return self._self_attribute_kind(expr.attr.value, scope)
-        return _tensor_if(self._kind(base, scope)) if expr.attr.value in TENSOR_ATTRIBUTES else Kind.OTHER
+        if expr.attr.value in TENSOR_ATTRIBUTES:
+            return _tensor_if(self._kind(base, scope))
+        qualified = self.ctx.qualify(expr)  # `config.priors`: a tensor assigned in another module of the project
+        return Kind.TENSOR if qualified is not None and self.ctx.project.is_tensor(qualified) else Kind.OTHER
 
     def _self_attribute_kind(self, attr: str, scope: Scope) -> Optional[Kind]:
         model = scope.owner
@@ -450,6 +673,8 @@ class Inference:
             module, _, last = qualified.rpartition(".")
             if module == "torch" and last in TENSOR_FACTORIES:
                 return Kind.TENSOR
+            if module == "torch" and last in TENSOR_SEQUENCE_FUNCTIONS:
+                return Kind.TENSOR_LIST
             if module == "torch.nn.functional" and last in TENSOR_RETURNING_FUNCTIONAL:
                 return Kind.TENSOR
             if qualified in TENSOR_TYPES:
@@ -458,24 +683,63 @@ class Inference:
                 return Kind.OTHER if any(_keyword(arg) == "collate_fn" for arg in call.args) else Kind.LOADER
             if is_module_class_name(qualified):
                 return Kind.MODULE
-            return Kind.OTHER
+            return Kind.TENSOR if self.ctx.project.is_tensor(qualified + "()") else Kind.OTHER
         if isinstance(func, cst.Attribute):
-            receiver = self._kind(func.value, scope)
             method = func.attr.value
+            if isinstance(func.value, cst.Name) and func.value.value == scope.self_name and scope.owner is not None:
+                own = scope.owner.methods.get(method)
+                if own is not None:  # `self._init_hidden()`: what the class's own method returns
+                    return self._returns_kind(*own)
+            receiver = self._kind(func.value, scope)
             if receiver is Kind.TENSOR and method in TENSOR_METHODS:
                 return Kind.TENSOR
+            if receiver is Kind.TENSOR and method in TENSOR_SEQUENCE_METHODS:
+                return Kind.TENSOR_LIST
             if receiver is Kind.MODULE and method in MODULE_METHODS:
                 return Kind.MODULE
             return None if receiver is None else Kind.OTHER
         if isinstance(func, cst.Name):
+            bindings, owner = self._lookup(func.value, scope)
+            if bindings is None and func.value in ("list", "tuple") and len(call.args) == 1 and not call.args[0].star:
+                return Kind.TENSOR_LIST if self._element_shape(call.args[0].value, scope) is Kind.TENSOR else Kind.OTHER
             model = self.classes.get(func.value)
-            if model is not None and self._lookup(func.value, scope)[1] is self.module_scope:
+            if model is not None and owner is self.module_scope:
                 return Kind.MODULE if model.is_module else Kind.OTHER
-            for function, _ in self.functions.get(func.value, ()):
-                returns = function.returns
-                if returns is not None and self.ctx.qualify(returns.annotation) in TENSOR_TYPES:
-                    return Kind.TENSOR
+            # The one function of that name defined where the call finds it, never rebound there.
+            functions = [(f, s) for f, s in self.functions.get(func.value, ()) if s.parent is owner]
+            if bindings is not None and len(bindings) == 1 and len(functions) == 1:
+                return self._returns_kind(*functions[0])
         return Kind.OTHER
+
+    def _returns_kind(self, function: cst.FunctionDef, scope: Scope) -> Optional[Kind]:
+        """What a function of this file returns: a tensor when every `return` that can run returns one."""
+        returns = function.returns
+        if returns is not None:
+            return Kind.TENSOR if self.ctx.qualify(returns.annotation) in TENSOR_TYPES else Kind.OTHER
+        if function.asynchronous is not None or scope.generator or not _keeps_result(function):
+            return Kind.OTHER
+        self._flowed(scope)
+        if scope.exit is not None:
+            return Kind.OTHER  # falls off its end: returns None
+        key = (id(scope), "return")
+        if key in self._in_progress:
+            return None
+        self._in_progress.add(key)
+        try:
+            result: Optional[Kind] = None
+            reached = False
+            for statement in scope.returns:
+                if not self.reachable(statement, scope):
+                    continue
+                if statement.value is None:
+                    return Kind.OTHER
+                reached = True
+                result = join(result, self._kind(statement.value, scope))
+                if result is Kind.OTHER:
+                    break
+            return result if reached else Kind.OTHER
+        finally:
+            self._in_progress.discard(key)
 
     def _parameter_kind(self, function: cst.FunctionDef, param: cst.Param) -> Optional[Kind]:
         """An unannotated parameter holds what the calls in this file pass to it."""
@@ -504,6 +768,225 @@ class Inference:
             self.ctx.module.visit(collector)
             self._call_sites = collector.sites
         return self._call_sites
+
+
+class _Flow:
+    """Reaching definitions along one scope's statements: each reachable statement with what reaches it.
+
+    Branches are joined where they meet, loops are iterated until nothing new reaches their head, every
+    statement of a `try` body may jump to its handlers, and nothing reaches the code after `return`,
+    `raise`, `continue`, `break` or a call that ends the program.
+    """
+
+    def __init__(self, inference: Inference, scope: Scope) -> None:
+        self.inference = inference
+        self.scope = scope
+        self.reaching: Dict[int, Tuple[cst.CSTNode, Env]] = {}
+        self.loops: List[Tuple[List[Env], List[Env]]] = []  # per open loop: what breaks, what continues
+        self.tries: List[List[Env]] = []  # per open `try`/`with`: what each of its statements leaves
+
+    def apply(self, definitions: Definitions, env: Env) -> Env:
+        if not definitions:
+            return env
+        env = dict(env)
+        for name, binding in definitions:
+            previous = env.get(name, frozenset()) if binding.keeps_previous else frozenset()
+            env[name] = previous | {binding}
+        return env
+
+    def defined_by(self, node: cst.CSTNode, env: Env) -> Env:
+        return self.apply(self.inference._definitions.get(id(node), []), env)
+
+    def block(self, body: Body, env: Optional[Env]) -> Optional[Env]:
+        for statement in body:
+            if env is None:
+                return None
+            env = self.statement(statement, env)
+        return env
+
+    def statement(self, statement: cst.CSTNode, env: Env) -> Optional[Env]:
+        if isinstance(statement, cst.SimpleStatementLine):
+            return self.block(statement.body, env)
+        self.reaching[id(statement)] = (statement, env)
+        if isinstance(statement, cst.BaseSmallStatement):
+            return self.small(statement, env)
+        if isinstance(statement, cst.If):
+            taken = self.block(block_body(statement.body), env)
+            orelse = statement.orelse
+            if isinstance(orelse, cst.If):
+                return _join(taken, self.statement(orelse, env))
+            return _join(taken, self.block(block_body(orelse.body), env) if orelse is not None else env)
+        if isinstance(statement, (cst.For, cst.While)):
+            return self.loop(statement, env)
+        if isinstance(statement, cst.Try) or isinstance(statement, getattr(cst, "TryStar", ())):
+            return self.try_(statement, env)
+        if isinstance(statement, cst.With):
+            self.tries.append([env])
+            left = self.block(block_body(statement.body), self.defined_by(statement, env))
+            snapshots = self.tries.pop()
+            # A context manager may swallow the exception that ended the body.
+            return left if left is not None else _join(*snapshots)
+        if isinstance(statement, cst.Match):
+            return _join(env, *(self.block(block_body(case.body), env) for case in statement.cases))
+        return self.defined_by(statement, env)  # def, class
+
+    def small(self, small: cst.BaseSmallStatement, env: Env) -> Optional[Env]:
+        if isinstance(small, (cst.Return, cst.Raise)):
+            return None
+        if isinstance(small, (cst.Break, cst.Continue)):
+            if self.loops:
+                self.loops[-1][0 if isinstance(small, cst.Break) else 1].append(env)
+            return None
+        if self.inference.exits_program(small, self.scope):
+            return None
+        env = self.defined_by(small, env)
+        for snapshots in self.tries:
+            snapshots.append(env)
+        return env
+
+    def loop(self, statement: Union[cst.For, cst.While], env: Env) -> Optional[Env]:
+        head = env
+        for _ in range(50):
+            self.loops.append(([], []))
+            body_entry = self.defined_by(statement, head) if isinstance(statement, cst.For) else head
+            left = self.block(block_body(statement.body), body_entry)
+            breaks, continues = self.loops.pop()
+            widened = _join(env, left, *continues)
+            if widened == head:
+                break
+            head = widened or env
+        if isinstance(statement, cst.While):
+            self.reaching[id(statement)] = (statement, head)  # the test runs before every iteration
+        endless = isinstance(statement, cst.While) and _always_true(statement.test)
+        finished = None if endless else head
+        if statement.orelse is not None and finished is not None:
+            finished = self.block(block_body(statement.orelse.body), finished)
+        return _join(finished, *breaks)
+
+    def try_(self, statement: cst.Try, env: Env) -> Optional[Env]:
+        self.tries.append([env])
+        left = self.block(block_body(statement.body), env)
+        snapshots = self.tries.pop()
+        raised = _join(*snapshots)
+        self.tries.append([])  # what a handler or `else` leaves can still reach `finally`
+        handled = [self.block(block_body(handler.body), self.defined_by(handler, raised)) for handler in statement.handlers]
+        if statement.orelse is not None:
+            left = self.block(block_body(statement.orelse.body), left)
+        after_handlers = self.tries.pop()
+        normal = _join(left, *handled)
+        if statement.finalbody is None:
+            return normal
+        after = self.block(block_body(statement.finalbody.body), _join(normal, raised, *after_handlers))
+        return after if normal is not None else None
+
+
+def _join(*envs: Optional[Env]) -> Optional[Env]:
+    """What reaches a point where these paths meet (None: no path reaches it)."""
+    present = [env for env in envs if env is not None]
+    if not present:
+        return None
+    merged = dict(present[0])
+    for env in present[1:]:
+        for name, bindings in env.items():
+            merged[name] = merged.get(name, frozenset()) | bindings
+    return merged
+
+
+def _always_true(test: cst.BaseExpression) -> bool:
+    return (isinstance(test, cst.Name) and test.value == "True") or (isinstance(test, cst.Integer) and test.evaluated_value != 0)
+
+
+def _evaluated_parts(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The expressions a statement evaluates where it stands (not the blocks inside it)."""
+    if isinstance(node, cst.BaseSmallStatement):
+        yield node
+    elif isinstance(node, (cst.If, cst.While)):
+        yield node.test
+    elif isinstance(node, cst.For):
+        yield node.iter
+    elif isinstance(node, cst.With):
+        yield from (item.item for item in node.items)
+    elif isinstance(node, cst.Match):
+        yield node.subject
+    elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        yield from (decorator.decorator for decorator in node.decorators)
+
+
+class _NameReads(cst.CSTVisitor):
+    """The names an expression reads, leaving out lambdas' and comprehensions' own variables."""
+
+    def __init__(self) -> None:
+        self.reads: List[cst.Name] = []
+        self.hidden: List[Set[str]] = []
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def _enter(self, node: cst.BaseComp) -> None:
+        names: Set[str] = set()
+        clause: Optional[cst.CompFor] = node.for_in
+        while clause is not None:
+            names.update(_target_names(clause.target))
+            clause = clause.inner_for_in
+        self.hidden.append(names)
+
+    def _leave(self, original_node: cst.BaseComp) -> None:
+        self.hidden.pop()
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _enter
+    leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _leave
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if not any(node.value in names for names in self.hidden):
+            self.reads.append(node)
+
+
+def _target_names(target: cst.BaseExpression) -> Iterator[str]:
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _target_names(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _target_names(target.value)
+
+
+def _bind_shape(target: cst.BaseExpression, shape: Shape, names: Dict[str, Shape]) -> None:
+    """Bind a comprehension's loop target to the shape of what it iterates over."""
+    if isinstance(target, cst.Name):
+        names[target.value] = _at_path(shape, ())
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for index, element in enumerate(target.elements):
+            if isinstance(element, cst.StarredElement):
+                _bind_shape(element.value, Kind.OTHER, names)
+            else:
+                _bind_shape(element.value, _sub_shape(shape, index), names)
+    else:
+        for name in _target_names(target):
+            names[name] = Kind.OTHER
+
+
+def _sub_shape(shape: Shape, index: int) -> Shape:
+    if isinstance(shape, Kind):
+        return shape
+    return shape[index] if index < len(shape) else Kind.OTHER
+
+
+def _all_tensors(kinds: List[Optional[Kind]], container: Kind) -> Optional[Kind]:
+    """`container` when every element is a tensor (None while some are still being inferred)."""
+    if not kinds or any(kind not in (None, Kind.TENSOR) for kind in kinds):
+        return Kind.OTHER
+    return container if all(kind is Kind.TENSOR for kind in kinds) else None
+
+
+def _keeps_result(function: cst.FunctionDef) -> bool:
+    """Whether the function's decorators (if any) return what it returns."""
+    return all(
+        (dotted(decorator.decorator if not isinstance(decorator.decorator, cst.Call) else decorator.decorator.func) or "")
+        .rpartition(".")[2]
+        in TRANSPARENT_DECORATORS
+        for decorator in function.decorators
+    )
 
 
 def _is_static(node: cst.FunctionDef) -> bool:
