@@ -6,6 +6,10 @@ from typing import Dict, List, Type
 
 from dplint.rules.accumulated_loss_tensor import AccumulatedLossTensor
 from dplint.rules.batch_dim_moved import BatchDimMovedInForward
+from dplint.rules.ddp_collective_result import CollectiveResultAssigned
+from dplint.rules.ddp_local_rank_argument import LocalRankArgument
+from dplint.rules.ddp_sampler_set_epoch import DistributedSamplerSeedPerRank, DistributedSamplerWithoutSetEpoch
+from dplint.rules.ddp_shuffle_with_sampler import ShuffleWithDistributedSampler
 from dplint.rules.cuda_visible_devices import (
     CudaVisibleDevicesAfterCudaInit,
     CudaVisibleDevicesAfterTorchImport,
@@ -46,6 +50,11 @@ CHECKS: List[Type[Rule]] = [
     LossDataIndex,
     AccumulatedLossTensor,
     ModelOutsideStrategyScope,
+    DistributedSamplerWithoutSetEpoch,
+    ShuffleWithDistributedSampler,
+    LocalRankArgument,
+    CollectiveResultAssigned,
+    DistributedSamplerSeedPerRank,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [
