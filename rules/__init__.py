@@ -6,7 +6,10 @@ from typing import Dict, List, Type
 
 from dplint.rules.accumulated_loss_tensor import AccumulatedLossTensor
 from dplint.rules.batch_dim_moved import BatchDimMovedInForward
+from dplint.rules.ddp_checkpoint_ranks import CheckpointOnEveryRank, LoadWithoutMapLocation
 from dplint.rules.ddp_collective_result import CollectiveResultAssigned
+from dplint.rules.ddp_rank_conditional_collective import RankConditionalCollective
+from dplint.rules.ddp_missing_set_device import MissingSetDevice
 from dplint.rules.ddp_local_rank_argument import LocalRankArgument
 from dplint.rules.ddp_sampler_set_epoch import DistributedSamplerSeedPerRank, DistributedSamplerWithoutSetEpoch
 from dplint.rules.ddp_shuffle_with_sampler import ShuffleWithDistributedSampler
@@ -52,6 +55,10 @@ CHECKS: List[Type[Rule]] = [
     ModelOutsideStrategyScope,
     DistributedSamplerWithoutSetEpoch,
     ShuffleWithDistributedSampler,
+    CheckpointOnEveryRank,
+    LoadWithoutMapLocation,
+    RankConditionalCollective,
+    MissingSetDevice,
     LocalRankArgument,
     CollectiveResultAssigned,
     DistributedSamplerSeedPerRank,

@@ -196,7 +196,7 @@ def _sites(body: Body, guard: Optional[cst.CSTNode]) -> Iterator[Site]:
         if isinstance(statement, cst.If) and guard is None and is_rank_test(statement.test):
             for block in child_blocks(statement):
                 yield from _sites(block, statement)
-            if statement.orelse is None and _exits(block_body(statement.body)):
+            if statement.orelse is None and exits(block_body(statement.body)):
                 # `if rank != 0: return`: what follows runs on some ranks only.
                 guard = statement
             continue
@@ -205,7 +205,7 @@ def _sites(body: Body, guard: Optional[cst.CSTNode]) -> Iterator[Site]:
                 yield from _sites(block, guard)
 
 
-def _exits(body: Body) -> bool:
+def exits(body: Body) -> bool:
     if not body:
         return False
     last = body[-1]
