@@ -12,6 +12,8 @@ from dplint.rules.ddp_unreduced_metric import UnreducedMetric
 from dplint.rules.ddp_rank_conditional_collective import RankConditionalCollective
 from dplint.rules.ddp_model_changed_after_wrap import ModelChangedAfterDdpWrap
 from dplint.rules.ddp_missing_set_device import MissingSetDevice
+from dplint.rules.ddp_data_parallel_inside_ddp import DataParallelInsideDdp
+from dplint.rules.ddp_optimizer_before_fsdp import OptimizerBeforeFsdpWrap
 from dplint.rules.ddp_forward_through_module import ForwardThroughDdpModule
 from dplint.rules.ddp_loader_not_sharded import TrainingLoaderNotSharded
 from dplint.rules.ddp_local_rank_argument import LocalRankArgument
@@ -70,6 +72,8 @@ CHECKS: List[Type[Rule]] = [
     ModelChangedAfterDdpWrap,
     CollectiveResultAssigned,
     DistributedSamplerSeedPerRank,
+    DataParallelInsideDdp,
+    OptimizerBeforeFsdpWrap,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [
