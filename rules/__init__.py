@@ -6,6 +6,19 @@ from typing import Dict, List, Type
 
 from dplint.rules.accumulated_loss_tensor import AccumulatedLossTensor
 from dplint.rules.batch_dim_moved import BatchDimMovedInForward
+from dplint.rules.ddp_checkpoint_ranks import CheckpointOnEveryRank, LoadWithoutMapLocation
+from dplint.rules.ddp_collective_result import CollectiveResultAssigned
+from dplint.rules.ddp_unreduced_metric import UnreducedMetric
+from dplint.rules.ddp_rank_conditional_collective import RankConditionalCollective
+from dplint.rules.ddp_model_changed_after_wrap import ModelChangedAfterDdpWrap
+from dplint.rules.ddp_missing_set_device import MissingSetDevice
+from dplint.rules.ddp_data_parallel_inside_ddp import DataParallelInsideDdp
+from dplint.rules.ddp_optimizer_before_fsdp import OptimizerBeforeFsdpWrap
+from dplint.rules.ddp_forward_through_module import ForwardThroughDdpModule
+from dplint.rules.ddp_loader_not_sharded import TrainingLoaderNotSharded
+from dplint.rules.ddp_local_rank_argument import LocalRankArgument
+from dplint.rules.ddp_sampler_set_epoch import DistributedSamplerSeedPerRank, DistributedSamplerWithoutSetEpoch
+from dplint.rules.ddp_shuffle_with_sampler import ShuffleWithDistributedSampler
 from dplint.rules.cuda_visible_devices import (
     CudaVisibleDevicesAfterCudaInit,
     CudaVisibleDevicesAfterTorchImport,
@@ -46,6 +59,21 @@ CHECKS: List[Type[Rule]] = [
     LossDataIndex,
     AccumulatedLossTensor,
     ModelOutsideStrategyScope,
+    DistributedSamplerWithoutSetEpoch,
+    ShuffleWithDistributedSampler,
+    TrainingLoaderNotSharded,
+    ForwardThroughDdpModule,
+    CheckpointOnEveryRank,
+    LoadWithoutMapLocation,
+    RankConditionalCollective,
+    MissingSetDevice,
+    UnreducedMetric,
+    LocalRankArgument,
+    ModelChangedAfterDdpWrap,
+    CollectiveResultAssigned,
+    DistributedSamplerSeedPerRank,
+    DataParallelInsideDdp,
+    OptimizerBeforeFsdpWrap,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [

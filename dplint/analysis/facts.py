@@ -98,6 +98,7 @@ class FileFacts:
     # This module's names that hold a tensor (`priors`) or return one when called (`make_priors()`),
     # each with the project calls that must return a tensor for it to hold.
     tensor_values: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
+    distributed: Optional["DistributedFileFacts"] = None
 
     @property
     def imports_torch_directly(self) -> bool:
@@ -162,18 +163,19 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str) -> 
     filename = os.path.abspath(path)
     imports = scan_imports(text, package)
     tensor_values = scan_tensor_values(text, module_name, package)
+    distributed = scan_distributed(text)
     if "DataParallel" not in text and "def forward" not in text:
-        return FileFacts(module_name, filename, imports, tensor_values=tensor_values)
+        return FileFacts(module_name, filename, imports, tensor_values=tensor_values, distributed=distributed)
     classes = scan_classes(text)
     if "DataParallel" not in text:
-        return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values)
+        return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values, distributed=distributed)
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values)
+        return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values, distributed=distributed)
     visitor = _WrapVisitor(path, filename, module_name, package, {info.name for info in classes})
     visitor.visit(tree)
-    return FileFacts(module_name, filename, imports, classes, tuple(visitor.wraps), tensor_values)
+    return FileFacts(module_name, filename, imports, classes, tuple(visitor.wraps), tensor_values, distributed)
 
 
 _TOP_LEVEL_DEF = re.compile(r"^def[ \t]+(\w+)[ \t]*\(", re.M)
@@ -503,6 +505,8 @@ class ProjectFacts:
         self.wrapped: Mapping[str, Tuple[Wrap, ...]] = {name: tuple(wraps) for name, wraps in sorted(wrapped.items())}
         # Qualified names known to hold a tensor (`config.priors`) or to return one when called (`utils.make_priors()`).
         self.tensor_values: FrozenSet[str] = _tensor_values(files)
+        # What the DDP/torchrun rules (DPL5xx) need to know about the programs that start a process group.
+        self.distributed = distributed_project(files)
         self._imports_torch: Dict[str, bool] = {}
 
     @classmethod
@@ -620,3 +624,131 @@ def _forward_owners(class_name: str, classes: Mapping[str, List[ClassInfo]]) -> 
         for info in infos:
             pending.extend(info.bases)
     return owners
+
+
+def _prefixes(module: str) -> Iterable[str]:
+    parts = module.split(".")
+    return (".".join(parts[: i + 1]) for i in range(len(parts)))
+
+
+# ----- distributed programs (DDP, torchrun) ------------------------------------------------------------
+
+_STARTS_PROCESS_GROUP = re.compile(r"(?<!def )\binit_process_group[ \t]*\(")
+_WRAPS_DISTRIBUTED = re.compile(r"\b(?:DistributedDataParallel|DDP|FullyShardedDataParallel|FSDP|fully_shard)[ \t]*\(")
+_SETS_EPOCH = re.compile(r"\.set_epoch[ \t]*\(|\bdef[ \t]+set_epoch\b")
+_EPOCH_LOOP = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:for|while)\b[^\n#]*epoch", re.M | re.I)
+# `torch.cuda.set_device(local_rank)`, `init_process_group(device_id=...)`, `f"cuda:{local_rank}"`,
+# `torch.device("cuda", rank)`, `.cuda(local_rank)`, `.to(rank)`: the rank's own GPU is chosen somewhere.
+_SELECTS_DEVICE = re.compile(
+    r"set_device[ \t]*\(|\bdevice_id[ \t]*=|cuda:\{|cuda:%|[\"']cuda:[\"'][ \t]*\+|"
+    r"device\([ \t]*[\"']cuda[\"'][ \t]*,|\.(?:cuda|to)\([ \t]*[\w.]*rank\b|device_ids[ \t]*=[ \t]*\[[ \t]*[\w.]*rank\b"
+)
+_READS_LOCAL_RANK_ENV = re.compile(r"[\"']LOCAL_RANK[\"']")
+_SHARDS_EVALUATION = re.compile(r"DistributedSampler\((?:[^()]|\([^()]*\))*\bshuffle[ \t]*=[ \t]*False")
+_USES_CUDA = re.compile(r"\.cuda\(|[\"']cuda\b|\bnccl\b")
+_DISTRIBUTED_WORDS = ("istributed", "DDP", "FSDP", "fully_shard", "epoch", "LOCAL_RANK", "cuda", "set_device")
+# Frameworks that build the sampler, call `set_epoch` and own the device placement themselves.
+TRAINER_FRAMEWORKS = frozenset({"pytorch_lightning", "lightning", "lightning_fabric", "accelerate"})
+
+
+@dataclass(frozen=True)
+class DistributedFileFacts:
+    """What one file says about a distributed program (a regex scan: pass 1 runs on every file)."""
+
+    starts_process_group: bool = False
+    wraps_model: bool = False  # DDP or FSDP
+    sets_epoch: bool = False
+    epoch_loop: bool = False
+    selects_device: bool = False
+    reads_local_rank_env: bool = False
+    shards_evaluation: bool = False  # a DistributedSampler with shuffle=False: evaluation is sharded
+    uses_cuda: bool = False
+
+
+def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
+    if not any(word in text for word in _DISTRIBUTED_WORDS):
+        return None
+    facts = DistributedFileFacts(
+        starts_process_group="init_process_group" in text and _STARTS_PROCESS_GROUP.search(text) is not None,
+        wraps_model=_WRAPS_DISTRIBUTED.search(text) is not None,
+        sets_epoch="set_epoch" in text and _SETS_EPOCH.search(text) is not None,
+        epoch_loop="poch" in text and _EPOCH_LOOP.search(text) is not None,
+        selects_device=_SELECTS_DEVICE.search(text) is not None,
+        reads_local_rank_env="LOCAL_RANK" in text and _READS_LOCAL_RANK_ENV.search(text) is not None,
+        shards_evaluation="DistributedSampler" in text and _SHARDS_EVALUATION.search(text) is not None,
+        uses_cuda=_USES_CUDA.search(text) is not None,
+    )
+    return facts if facts != DistributedFileFacts() else None
+
+
+@dataclass(frozen=True)
+class DistributedProject:
+    """The distributed programs of the project, as one summary.
+
+    A program that starts a process group (or wraps a model in DDP/FSDP) spans the script, what it
+    imports, and what imports it (a trainer module imported by `train.py`). Facts that silence a rule
+    (`set_epoch` is called, the device is selected) are read from the whole project; facts that are
+    evidence for one are read from the program's modules only.
+    """
+
+    modules: FrozenSet[str] = frozenset()
+    sets_epoch: bool = False
+    selects_device: bool = False
+    reads_local_rank_env: bool = False
+    trainer_framework: bool = False
+    epoch_loop: bool = False
+    wraps_model: bool = False
+    shards_evaluation: bool = False
+    uses_cuda: bool = False
+
+    def in_program(self, module: str) -> bool:
+        return module in self.modules
+
+    def key(self) -> tuple:
+        return (sorted(self.modules), self.sets_epoch, self.selects_device, self.reads_local_rank_env,
+                self.trainer_framework, self.epoch_loop, self.wraps_model, self.shards_evaluation, self.uses_cuda)
+
+
+def distributed_project(files: Sequence[FileFacts]) -> DistributedProject:
+    facts_of = {facts.module_name: facts.distributed for facts in files if facts.distributed is not None}
+    seeds = {name for name, facts in facts_of.items() if facts.starts_process_group or facts.wraps_model}
+    modules = _import_closure(files, seeds) if seeds else frozenset()
+    members = [facts_of[name] for name in modules if name in facts_of]
+    everywhere = list(facts_of.values())
+    return DistributedProject(
+        modules=modules,
+        sets_epoch=any(f.sets_epoch for f in everywhere),
+        selects_device=any(f.selects_device for f in everywhere),
+        reads_local_rank_env=any(f.reads_local_rank_env for f in everywhere),
+        trainer_framework=any(name.split(".")[0] in TRAINER_FRAMEWORKS for facts in files for name in facts.imports),
+        epoch_loop=any(f.epoch_loop for f in members),
+        wraps_model=any(f.wraps_model for f in members),
+        shards_evaluation=any(f.shards_evaluation for f in members),
+        uses_cuda=any(f.uses_cuda for f in members),
+    )
+
+
+def _import_closure(files: Sequence[FileFacts], seeds: Set[str]) -> FrozenSet[str]:
+    """The seeds, the project modules that import them (transitively), and everything those import."""
+    project = {facts.module_name for facts in files}
+    imported_by: Dict[str, Set[str]] = {}
+    imports_of: Dict[str, Set[str]] = {}
+    for facts in files:
+        for imported in facts.imports:
+            for prefix in _prefixes(imported):
+                if prefix in project and prefix != facts.module_name:
+                    imported_by.setdefault(prefix, set()).add(facts.module_name)
+                    imports_of.setdefault(facts.module_name, set()).add(prefix)
+    upward = _reachable(seeds, imported_by)
+    return frozenset(_reachable(upward, imports_of))
+
+
+def _reachable(start: Set[str], edges: Mapping[str, Set[str]]) -> Set[str]:
+    found = set(start)
+    pending = list(start)
+    while pending:
+        for successor in edges.get(pending.pop(), ()):
+            if successor not in found:
+                found.add(successor)
+                pending.append(successor)
+    return found

@@ -1,0 +1,339 @@
+from __future__ import annotations
+
+import re
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import libcst as cst
+
+from dplint.analysis.names import dotted
+from dplint.context import FileContext
+from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rules.ddp_common import (
+    DDP,
+    INIT_PROCESS_GROUP,
+    ScopeInfo,
+    argument,
+    calls_in,
+    in_distributed_program,
+    is_backward_call,
+    iter_scopes,
+    iter_sites,
+    mentions_rank,
+    scope_calls,
+)
+
+SAVE = frozenset({"torch.save", "torch.serialization.save"})
+LOAD = frozenset({"torch.load", "torch.serialization.load"})
+# Sharded checkpoints: there every rank must take part, and writes its own shard.
+_SHARDED = re.compile(r"FullyShardedDataParallel|fully_shard|torch\.distributed\.checkpoint|distributed_checkpoint|\bdcp\b")
+
+
+def _unguarded(ctx: FileContext, scope: ScopeInfo, functions: frozenset, path_index: int, path_keyword: str) -> Iterator[cst.Call]:
+    """Calls to `functions` the scope makes on every rank, with a path that does not depend on the rank."""
+    for site in iter_sites(scope):
+        if site.guard is not None:
+            continue
+        for call in calls_in(site.statement):
+            if ctx.qualify(call.func) in functions:
+                path = argument(call, path_keyword, path_index)
+                if path is None or not mentions_rank(path):
+                    yield call
+
+
+def _runs_on_every_rank(ctx: FileContext, scope: ScopeInfo) -> bool:
+    """The scope trains, wraps the model or starts the process group: every rank runs it."""
+    for call in scope_calls(scope):
+        if is_backward_call(call) or ctx.qualify(call.func) in DDP | INIT_PROCESS_GROUP:
+            return True
+    return False
+
+
+class CheckpointOnEveryRank(Rule):
+    """
+    ## What it does
+    In a program that starts a process group, finds `torch.save(...)` in code every rank runs (a
+    function that trains, wraps the model in DDP or starts the process group) with no rank guard
+    (`if rank == 0:`, `if is_main_process():`, `@rank_zero_only`, an early `return` on other ranks) and
+    a path that does not depend on the rank. A call to a helper of the same file that saves that way
+    is reported at the call.
+
+    ## Why is this bad?
+    Every rank writes the same file at the same time. The writes race: the checkpoint is truncated or
+    interleaved, and the damage shows only when it is loaded ("PytorchStreamReader failed finding
+    central directory"). On several nodes, `local_rank == 0` still leaves one writer per node.
+
+    ## Example
+    ```python
+    for epoch in range(epochs):
+        train_one_epoch(model, loader)
+        torch.save(model.module.state_dict(), "checkpoint.pt")
+    ```
+
+    ## Use instead
+    ```python
+    for epoch in range(epochs):
+        train_one_epoch(model, loader)
+        if dist.get_rank() == 0:
+            torch.save(model.module.state_dict(), "checkpoint.pt")
+    ```
+
+    ## Known problems
+    Helpers in other files, and rank guards in the caller of a helper that saves, are not followed.
+    Files using FSDP or `torch.distributed.checkpoint` (where every rank must take part) are skipped.
+    """
+
+    code = "DPL505"
+    name = "checkpoint-on-every-rank"
+    summary = "`torch.save` run by every rank of a process group, to the same path: the writes race."
+    triggers = re.compile(r"\bsave\(")
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("gloo")
+            for epoch in range(3):
+                loss = model(x).sum()
+                loss.backward()
+                if dist.get_rank() == 0:
+                    torch.save(model.state_dict(), "ckpt.pt")
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+
+            def train(model, rank):
+                dist.init_process_group("gloo")
+                model(x).sum().backward()
+                torch.save(model.state_dict(), f"ckpt_rank{rank}.pt")  # one file per rank
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+
+            def train(model, args):
+                dist.init_process_group("gloo")
+                model(x).sum().backward()
+                if args.local_rank not in (-1, 0):
+                    return
+                torch.save(model.state_dict(), "ckpt.pt")
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("gloo")
+            for epoch in range(3):
+                loss = model(x).sum()
+                loss.backward()
+                torch.save(model.state_dict(), "ckpt.pt")
+            """,
+            line=7,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def main(net, rank):
+                model = DDP(net)
+                train(model)
+                torch.save({"model": model.module.state_dict()}, "final.pt")
+            """,
+            line=7,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def save_checkpoint(model, path):
+                torch.save(model.state_dict(), path)
+
+            def train(model, loader, optimizer, epochs):
+                for epoch in range(epochs):
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        model(x).sum().backward()
+                        optimizer.step()
+                    save_checkpoint(model, "last.pt")
+
+            torch.distributed.init_process_group("gloo")
+            """,
+            line=12,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        if not in_distributed_program(ctx) or _SHARDED.search(ctx.source):
+            return
+        scopes = list(iter_scopes(ctx.module))
+        savers = _saving_functions(ctx, scopes)
+        for scope in scopes:
+            if not _runs_on_every_rank(ctx, scope):
+                continue
+            for call in _unguarded(ctx, scope, SAVE, 1, "f"):
+                yield Report(
+                    node=call,
+                    message="Every rank runs this `torch.save` to the same path: the writes race and can corrupt the file.",
+                    help="Save on one rank: `if dist.get_rank() == 0: torch.save(...)`.",
+                )
+            for site in iter_sites(scope):
+                if site.guard is not None:
+                    continue
+                for call in calls_in(site.statement):
+                    line = _saver_line(ctx, call, scope, savers)
+                    if line is not None:
+                        yield Report(
+                            node=call,
+                            message=f"Every rank runs this call, and it saves with `torch.save` (line {line}): the writes race.",
+                            help="Call it on one rank: `if dist.get_rank() == 0: ...`.",
+                        )
+
+
+def _saving_functions(ctx: FileContext, scopes: List[ScopeInfo]) -> Dict[Tuple[Optional[str], str], cst.Call]:
+    """(class name or None, function name) → the unguarded `torch.save` call in that function."""
+    found: Dict[Tuple[Optional[str], str], cst.Call] = {}
+    for scope in scopes:
+        if scope.node is None or _runs_on_every_rank(ctx, scope):
+            continue
+        for call in _unguarded(ctx, scope, SAVE, 1, "f"):
+            owner = scope.owner.name.value if scope.owner is not None else None
+            found.setdefault((owner, scope.node.name.value), call)
+    return found
+
+
+def _saver_line(ctx: FileContext, call: cst.Call, scope: ScopeInfo, savers: Dict[Tuple[Optional[str], str], cst.Call]) -> Optional[int]:
+    name = dotted(call.func)
+    if name is None:
+        return None
+    if "." not in name:
+        key: Tuple[Optional[str], str] = (None, name)
+    elif name.startswith("self.") and name.count(".") == 1 and scope.owner is not None:
+        key = (scope.owner.name.value, name[5:])
+    else:
+        return None
+    save = savers.get(key)
+    return ctx.line(save) if save is not None else None
+
+
+class LoadWithoutMapLocation(Rule):
+    """
+    ## What it does
+    In a program that starts a process group and uses CUDA, finds `torch.load(path)` without
+    `map_location` in code every rank runs (no rank guard), with a path that does not depend on the rank.
+
+    ## Why is this bad?
+    `torch.load` puts each tensor back on the device it was saved from. A checkpoint saved by rank 0
+    holds `cuda:0` tensors, so every rank loads its copy onto GPU 0: GPU 0 runs out of memory, or
+    every process creates a CUDA context there, slowing or hanging the start of the job.
+
+    ## Example
+    ```python
+    checkpoint = torch.load("checkpoint.pt")
+    model.load_state_dict(checkpoint["model"])
+    ```
+
+    ## Use instead
+    ```python
+    checkpoint = torch.load("checkpoint.pt", map_location="cpu")
+    model.load_state_dict(checkpoint["model"])
+    ```
+    or `map_location=f"cuda:{local_rank}"`.
+
+    ## Known problems
+    What the file holds is not known: a checkpoint saved from CPU tensors loads fine without
+    `map_location`. The program must use CUDA somewhere (`.cuda()`, `"cuda"`, NCCL) to be reported.
+    """
+
+    code = "DPL506"
+    name = "load-without-map-location"
+    summary = "`torch.load` without `map_location` on every rank: all ranks load GPU tensors onto `cuda:0`."
+    triggers = re.compile(r"\bload\(")
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            state = torch.load("ckpt.pt", map_location="cpu")
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("gloo")  # a CPU program: tensors were saved on the CPU
+            state = torch.load("ckpt.pt")
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            rank = dist.get_rank()
+            shard = torch.load(f"shard_{rank}.pt")  # saved from this rank's own GPU
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            state = torch.load("ckpt.pt")
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def resume(model, path):
+                model.load_state_dict(torch.load(path)["model"])
+
+            def main(net, local_rank):
+                model = DDP(net.cuda(local_rank), device_ids=[local_rank])
+                resume(model.module, "last.pt")
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+
+            class Trainer:
+                def __init__(self, model, path):
+                    dist.init_process_group(backend="nccl")
+                    self.model = model.cuda()
+                    self.model.load_state_dict(torch.load(path, weights_only=True))
+            """,
+            line=8,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        if not in_distributed_program(ctx) or not ctx.project.distributed.uses_cuda:
+            return
+        for scope in iter_scopes(ctx.module):
+            for call in _unguarded(ctx, scope, LOAD, 0, "f"):
+                if argument(call, "map_location", 1) is None:
+                    yield Report(
+                        node=call,
+                        message="Every rank runs this `torch.load` without `map_location`: GPU tensors all load onto `cuda:0`.",
+                        help='Pass `map_location="cpu"` (or `f"cuda:{local_rank}"`).',
+                    )
+
+

@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+import re
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from dplint.context import FileContext
+from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rules.ddp_common import argument, collective_name, is_literal
+
+
+class CollectiveResultAssigned(Rule):
+    """
+    ## What it does
+    Finds the result of a `torch.distributed` collective (`all_reduce`, `broadcast`, `all_gather`,
+    `reduce`, `barrier`, …) called without `async_op=True` being assigned, returned, or used in an
+    expression: `total = dist.all_reduce(total)`.
+
+    ## Why is this bad?
+    Collectives work in place on their tensor arguments and return `None` (or a work handle with
+    `async_op=True`). The assigned name holds `None`: the next use raises `TypeError`, or, when the
+    result is only checked for truthiness or logged, the reduced value is silently lost.
+
+    ## Example
+    ```python
+    loss = dist.all_reduce(loss)
+    return dist.all_reduce(correct) / world_size
+    ```
+
+    ## Use instead
+    ```python
+    dist.all_reduce(loss)
+    dist.all_reduce(correct)
+    return correct / world_size
+    ```
+
+    ## Known problems
+    `torch.distributed.nn.functional.all_reduce` (the differentiable variant) returns a tensor and is not
+    reported. A call with a non-literal `async_op=` is not reported.
+    """
+
+    code = "DPL512"
+    name = "collective-result-assigned"
+    summary = "The result of an in-place collective (`None`) assigned or used: `x = dist.all_reduce(x)`."
+    triggers = re.compile(r"\b(?:barrier|all_reduce|reduce|broadcast|all_gather|gather|scatter|all_to_all)\w*[ \t]*\(")
+
+    VALID = [
+        Valid(
+            """
+            import torch.distributed as dist
+            dist.all_reduce(loss)
+            loss /= dist.get_world_size()
+            """
+        ),
+        Valid(
+            """
+            import torch.distributed as dist
+            work = dist.all_reduce(grad, async_op=True)
+            work.wait()
+            """
+        ),
+        Valid(
+            """
+            import torch.distributed.nn.functional as dfn
+            total = dfn.all_reduce(features)  # the differentiable variant returns a tensor
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch.distributed as dist
+            loss = dist.all_reduce(loss)
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            from torch import distributed as dist
+
+            def mean(t):
+                return dist.all_reduce(t, op=dist.ReduceOp.SUM) / dist.get_world_size()
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch.distributed as dist
+
+            def gather(tensors, t):
+                tensors = dist.all_gather(tensors, t)
+                return tensors
+            """,
+            line=4,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        visitor = _UsedResults(ctx)
+        ctx.module.visit(visitor)
+        for call, name in visitor.found:
+            yield Report(
+                node=call,
+                message=f"`dist.{name}` works in place and returns `None` here; this code uses that `None` as its result.",
+                help=f"Call `dist.{name}(...)` as a statement and use the tensor you passed to it.",
+            )
+
+
+class _UsedResults(cst.CSTVisitor):
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+        self.found: list = []
+
+    def _check(self, value: Optional[cst.BaseExpression]) -> None:
+        if not isinstance(value, cst.Call):
+            return
+        name = collective_name(self.ctx, value)
+        if name is None:
+            return
+        async_op = argument(value, "async_op")
+        if (async_op is None or is_literal(async_op, False)) and all(value is not seen for seen, _ in self.found):
+            self.found.append((value, name))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._check(node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._check(node.value)
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self._check(node.value)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        self._check(node.left)
+        self._check(node.right)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._check(node.value)

@@ -1,0 +1,398 @@
+"""Building blocks shared by the DDP/torchrun rules (DPL5xx): qualified names, rank conditions, the
+code every rank runs, and the names bound to a DDP/FSDP wrapper."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from dplint.analysis.names import Body, block_body, child_blocks, dotted
+from dplint.context import FileContext
+
+DISTRIBUTED = "torch.distributed"
+DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
+DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+DDP = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"})
+FSDP = frozenset(
+    {
+        "torch.distributed.fsdp.FullyShardedDataParallel",
+        "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+    }
+)
+INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
+# torch.distributed's collectives (2.13). All of them return None, or a work handle with async_op=True.
+COLLECTIVE_NAMES = frozenset(
+    """barrier monitored_barrier all_reduce reduce broadcast all_gather all_gather_into_tensor gather scatter
+    reduce_scatter reduce_scatter_tensor all_to_all all_to_all_single all_gather_object broadcast_object_list
+    gather_object scatter_object_list""".split()
+)
+# FSDP's class methods that gather the full parameters: every rank must call them.
+FSDP_COLLECTIVE_METHODS = frozenset({"summon_full_params", "full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict"})
+
+# An identifier naming the rank or a rank-zero predicate: `rank`, `local_rank`, `dist.get_rank`,
+# `is_main_process`, `master_process`, `trainer.is_global_zero`, `rank_zero_only`.
+_RANK_WORD = re.compile(
+    r"(?:^|_)rank(?:$|_|0)|is_global_zero|(?:^|_)(?:main|master)_process$|^is_(?:main|master)$|^rank0$",
+    re.I,
+)
+_RANK_ZERO_DECORATOR = re.compile(r"rank_?zero|rank0|master_only|main_process_only|on_main_process", re.I)
+_EVALUATION_WORD = re.compile(r"(?:^|_)(?:val|valid|validation|eval|evaluation|test|dev|holdout)(?:$|_|\d)", re.I)
+
+
+def collective_name(ctx: FileContext, call: cst.Call) -> Optional[str]:
+    """`all_reduce` for `dist.all_reduce(t)`, else None."""
+    qualified = ctx.qualify(call.func)
+    if qualified is None:
+        return None
+    module, _, name = qualified.rpartition(".")
+    if module in (DISTRIBUTED, "torch.distributed.distributed_c10d") and name in COLLECTIVE_NAMES:
+        return name
+    return None
+
+
+def argument(call: cst.Call, keyword: str, index: Optional[int] = None) -> Optional[cst.BaseExpression]:
+    """The argument passed as `keyword=`, or at position `index`."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    if index is not None:
+        positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+        if index < len(positional):
+            return positional[index].value
+    return None
+
+
+def is_literal(expr: Optional[cst.BaseExpression], value: object) -> bool:
+    if value is None or isinstance(value, bool):
+        return isinstance(expr, cst.Name) and expr.value == str(value)
+    return False
+
+
+def mentions(expr: cst.CSTNode, pattern: "re.Pattern[str]") -> bool:
+    """Whether any name or attribute in `expr` matches `pattern`."""
+    collector = _Identifiers()
+    expr.visit(collector)
+    return any(pattern.search(word) for word in collector.words)
+
+
+def mentions_rank(expr: cst.CSTNode) -> bool:
+    return mentions(expr, _RANK_WORD)
+
+
+def looks_like_evaluation(expr: cst.CSTNode) -> bool:
+    return mentions(expr, _EVALUATION_WORD)
+
+
+def is_evaluation_name(name: str) -> bool:
+    return any(_EVALUATION_WORD.search(part) for part in name.split("."))
+
+
+class _Identifiers(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.words: List[str] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.words.append(node.value)
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> bool:
+        return False
+
+
+def is_rank_test(expr: cst.BaseExpression) -> bool:
+    """Whether a condition can differ between the ranks of one job: `rank == 0`, `is_main_process()`,
+    `local_rank in (-1, 0)`. `local_rank == -1` and `rank is None` test the mode, the same on every rank."""
+    if isinstance(expr, cst.BooleanOperation):
+        return is_rank_test(expr.left) or is_rank_test(expr.right)
+    if isinstance(expr, cst.UnaryOperation):
+        return is_rank_test(expr.expression)
+    if isinstance(expr, cst.Comparison):
+        if not mentions_rank(expr):
+            return False
+        literals: List[int] = []
+        for target in expr.comparisons:
+            if is_literal(target.comparator, None):
+                return False
+            literals.extend(_int_literals(target.comparator))
+            if isinstance(target.operator, cst.GreaterThanEqual) and literals == [0]:
+                return False
+        return not literals or any(value >= 0 for value in literals)
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        return bool(_RANK_WORD.search(expr.value if isinstance(expr, cst.Name) else expr.attr.value))
+    if isinstance(expr, cst.Call):
+        return isinstance(expr.func, (cst.Name, cst.Attribute)) and is_rank_test(expr.func)
+    return False
+
+
+def _int_literals(expr: cst.BaseExpression) -> List[int]:
+    if isinstance(expr, cst.Integer):
+        return [int(expr.value)]
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
+        return [-int(expr.expression.value)]
+    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+        return [value for element in expr.elements for value in _int_literals(element.value)]
+    return []
+
+
+def is_rank_zero_decorated(function: cst.FunctionDef) -> bool:
+    for decorator in function.decorators:
+        target = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+        name = dotted(target)
+        if name is not None and _RANK_ZERO_DECORATOR.search(name.rpartition(".")[2]):
+            return True
+    return False
+
+
+# ----- the statements of a scope, and whether every rank runs them ------------------------------------
+
+
+@dataclass(frozen=True)
+class Site:
+    """A small statement, and the rank condition it runs under (None: every rank that gets here runs it)."""
+
+    statement: cst.BaseSmallStatement
+    guard: Optional[cst.CSTNode]
+
+
+@dataclass(frozen=True)
+class ScopeInfo:
+    node: Optional[cst.FunctionDef]  # None: the module's top level
+    body: Body
+    owner: Optional[cst.ClassDef]
+
+
+def iter_scopes(module: cst.Module) -> Iterator[ScopeInfo]:
+    """The module's top level and every function in it, with the class a method belongs to."""
+    yield ScopeInfo(None, module.body, None)
+    pending: List[Tuple[Body, Optional[cst.ClassDef]]] = [(module.body, None)]
+    while pending:
+        body, owner = pending.pop()
+        for statement in body:
+            if isinstance(statement, cst.FunctionDef):
+                yield ScopeInfo(statement, block_body(statement.body), owner)
+                pending.append((block_body(statement.body), None))
+            elif isinstance(statement, cst.ClassDef):
+                pending.append((block_body(statement.body), statement))
+            elif isinstance(statement, cst.BaseCompoundStatement):
+                pending.extend((block, owner) for block in child_blocks(statement))
+
+
+def iter_sites(scope: ScopeInfo) -> Iterator[Site]:
+    """Every small statement of the scope (not of nested functions), in source order, with its rank guard."""
+    guard = scope.node if scope.node is not None and is_rank_zero_decorated(scope.node) else None
+    yield from _sites(scope.body, guard)
+
+
+def _sites(body: Body, guard: Optional[cst.CSTNode]) -> Iterator[Site]:
+    for statement in body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                yield Site(small, guard)
+            continue
+        if isinstance(statement, cst.If) and guard is None and is_rank_test(statement.test):
+            for block in child_blocks(statement):
+                yield from _sites(block, statement)
+            if statement.orelse is None and exits(block_body(statement.body)):
+                # `if rank != 0: return`: what follows runs on some ranks only.
+                guard = statement
+            continue
+        if isinstance(statement, cst.BaseCompoundStatement):
+            for block in child_blocks(statement):
+                yield from _sites(block, guard)
+
+
+def exits(body: Body) -> bool:
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, cst.SimpleStatementLine) and last.body:
+        small = last.body[-1]
+        if isinstance(small, (cst.Return, cst.Continue, cst.Break, cst.Raise)):
+            return True
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            name = dotted(small.value.func) or ""
+            return name in ("sys.exit", "exit", "quit", "os._exit")
+    return False
+
+
+# ----- calls ----------------------------------------------------------------------------------------
+
+
+class _Calls(cst.CSTVisitor):
+    """Calls in a node, not descending into lambdas or nested definitions."""
+
+    def __init__(self) -> None:
+        self.calls: List[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def calls_in(node: cst.CSTNode) -> List[cst.Call]:
+    collector = _Calls()
+    node.visit(collector)
+    return collector.calls
+
+
+def scope_calls(scope: ScopeInfo) -> List[cst.Call]:
+    """Every call in the scope's own statements, headers of compound statements included."""
+    found: List[cst.Call] = []
+    for statement in scope.body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(statement, cst.BaseCompoundStatement):
+            found.extend(_compound_calls(statement))
+        else:
+            found.extend(calls_in(statement))
+    return found
+
+
+def _compound_calls(statement: cst.BaseCompoundStatement) -> List[cst.Call]:
+    found: List[cst.Call] = []
+    for header in _headers(statement):
+        found.extend(calls_in(header))
+    for block in child_blocks(statement):
+        found.extend(scope_calls(ScopeInfo(None, block, None)))
+    return found
+
+
+def _headers(statement: cst.BaseCompoundStatement) -> Iterator[cst.CSTNode]:
+    if isinstance(statement, (cst.If, cst.While)):
+        yield statement.test
+    elif isinstance(statement, cst.For):
+        yield statement.iter
+    elif isinstance(statement, cst.With):
+        for item in statement.items:
+            yield item.item
+
+
+def is_backward_call(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+
+
+# ----- names bound to a DDP/FSDP wrapper ------------------------------------------------------------
+
+
+def wrap_of(ctx: FileContext, expr: Optional[cst.BaseExpression], wrappers: FrozenSet[str] = DDP) -> Optional[cst.Call]:
+    """The wrapper call `expr` evaluates to on some path: `DDP(m)`, `DDP(m) if distributed else m`."""
+    if isinstance(expr, cst.Call) and ctx.qualify(expr.func) in wrappers:
+        return expr
+    if isinstance(expr, cst.IfExp):
+        return wrap_of(ctx, expr.body, wrappers) or wrap_of(ctx, expr.orelse, wrappers)
+    return None
+
+
+def wrapped_names(ctx: FileContext, scope: ScopeInfo, wrappers: FrozenSet[str] = DDP) -> FrozenSet[str]:
+    """Dotted names the scope binds to a wrapper, and the `self.<attr>` its class binds to one."""
+    key = f"ddp-wrapped:{id(scope.node)}:{sorted(wrappers)}"
+    return ctx.memo(key, lambda: _wrapped_names(ctx, scope, wrappers))
+
+
+def _wrapped_names(ctx: FileContext, scope: ScopeInfo, wrappers: FrozenSet[str]) -> FrozenSet[str]:
+    names: Set[str] = set()
+    for site in iter_sites(scope):
+        names.update(_wrap_targets(ctx, site.statement, wrappers))
+    if scope.owner is not None:
+        names.update(_class_wrapped_attributes(ctx, scope.owner, wrappers))
+    return frozenset(names)
+
+
+def _wrap_targets(ctx: FileContext, small: cst.BaseSmallStatement, wrappers: FrozenSet[str]) -> List[str]:
+    if isinstance(small, cst.Assign) and wrap_of(ctx, small.value, wrappers) is not None:
+        return [name for name in (dotted(t.target) for t in small.targets) if name is not None]
+    if isinstance(small, cst.AnnAssign) and wrap_of(ctx, small.value, wrappers) is not None:
+        name = dotted(small.target)
+        return [name] if name else []
+    return []
+
+
+def _class_wrapped_attributes(ctx: FileContext, owner: cst.ClassDef, wrappers: FrozenSet[str]) -> Set[str]:
+    found: Set[str] = set()
+    for statement in block_body(owner.body):
+        if isinstance(statement, cst.FunctionDef):
+            for site in iter_sites(ScopeInfo(statement, block_body(statement.body), None)):
+                found.update(name for name in _wrap_targets(ctx, site.statement, wrappers) if name.startswith("self."))
+    return found
+
+
+def module_functions(module: cst.Module) -> Dict[str, cst.FunctionDef]:
+    """The file's top-level functions by name."""
+    return {statement.name.value: statement for statement in module.body if isinstance(statement, cst.FunctionDef)}
+
+
+def parameter_names(function: cst.FunctionDef) -> List[str]:
+    params = list(function.params.posonly_params) + list(function.params.params)
+    return [param.name.value for param in params]
+
+
+def passed_parameters(call: cst.Call, function: cst.FunctionDef, names: FrozenSet[str]) -> List[str]:
+    """The parameters of `function` that `call` binds to one of `names`."""
+    params = parameter_names(function)
+    found = []
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    for index, arg in enumerate(positional):
+        if index < len(params) and dotted(arg.value) in names:
+            found.append(params[index])
+    for arg in call.args:
+        if arg.keyword is not None and dotted(arg.value) in names:
+            found.append(arg.keyword.value)
+    return found
+
+
+def in_distributed_program(ctx: FileContext) -> bool:
+    return ctx.project.distributed.in_program(ctx.module_name)
+
+
+def enclosing_function_names(function: Optional[cst.FunctionDef]) -> str:
+    return function.name.value if function is not None else "<module>"
+
+
+def first_positional(call: cst.Call) -> Optional[cst.BaseExpression]:
+    return argument(call, "", 0)
+
+
+def sequence(items: Sequence[str]) -> str:
+    return ", ".join(f"`{item}`" for item in items)
+
+
+def scope_bindings(ctx: FileContext, scope: ScopeInfo) -> Dict[str, List[cst.BaseExpression]]:
+    """Every value the scope assigns to each dotted name (`x = ...`, `self.x = ...`)."""
+
+    def compute() -> Dict[str, List[cst.BaseExpression]]:
+        found: Dict[str, List[cst.BaseExpression]] = {}
+        for site in iter_sites(scope):
+            small = site.statement
+            if isinstance(small, cst.Assign):
+                for target in small.targets:
+                    name = dotted(target.target)
+                    if name is not None:
+                        found.setdefault(name, []).append(small.value)
+            elif isinstance(small, cst.AnnAssign) and small.value is not None:
+                name = dotted(small.target)
+                if name is not None:
+                    found.setdefault(name, []).append(small.value)
+        return found
+
+    return ctx.memo(f"ddp-bindings:{id(scope.node)}:{id(scope.body)}", compute)
+
+
+def values_of(ctx: FileContext, scope: ScopeInfo, expr: cst.BaseExpression) -> List[cst.BaseExpression]:
+    """What `expr` may hold: itself, or for a name, the values the scope assigns to it (one level)."""
+    name = dotted(expr)
+    if name is not None and not isinstance(expr, cst.Call):
+        return list(scope_bindings(ctx, scope).get(name, []))
+    return [expr]
+
+
+def branches(expr: cst.BaseExpression) -> List[cst.BaseExpression]:
+    """`a if c else b` → [a, b]; anything else → [itself]."""
+    if isinstance(expr, cst.IfExp):
+        return branches(expr.body) + branches(expr.orelse)
+    return [expr]

