@@ -25,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dplint",
         description="Find PyTorch multi-GPU pitfalls (DataParallel, devices, CUDA_VISIBLE_DEVICES) in Python source.",
-        epilog="Exit status: 0 no findings, 1 findings, 2 usage, configuration or internal error.",
+        epilog="Exit status: 0 no findings, 1 findings, 2 usage, configuration or internal error. "
+        "`dplint server` starts the language server on stdio (install with `pip install 'dplint[server]'`).",
     )
     parser.add_argument("paths", nargs="*", metavar="PATH", help="files or folders to lint (default: .); `-` reads standard input")
     parser.add_argument("--format", choices=FORMATS, help="output format (default: full on a terminal, concise otherwise)")
@@ -57,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["server"]:
+        return serve(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return run(args)
@@ -68,6 +72,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:  # `dplint src | head`
         sys.stderr.close()
         return 1
+
+
+def serve(options: Sequence[str]) -> int:
+    """`dplint server [--stdio]`: the language server, on stdio (a folder named `server` is linted as `./server`)."""
+    if any(option != "--stdio" for option in options):
+        print(f"dplint: error: `dplint server` takes no arguments but --stdio, got {' '.join(options)}", file=sys.stderr)
+        return 2
+    try:
+        from dplint.server.server import main as run_server
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] not in ("pygls", "lsprotocol", "cattrs"):
+            raise
+        print(f"dplint: error: `dplint server` needs the server extra: pip install 'dplint[server]' ({error})", file=sys.stderr)
+        return 2
+    return run_server()
 
 
 def run(args: argparse.Namespace) -> int:

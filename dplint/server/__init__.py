@@ -1,0 +1,1 @@
+"""dplint's language server (`dplint server`), built on pygls; installed with `pip install 'dplint[server]'`."""

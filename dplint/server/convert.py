@@ -1,0 +1,120 @@
+"""Findings in LSP terms: ranges in the client's position encoding, diagnostics, text edits.
+
+dplint's locations are 1-based rows and 1-based columns counted in code points; LSP positions are
+0-based lines and, unless the client negotiated otherwise, 0-based UTF-16 code units.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+from typing import Iterable, List, Optional, Sequence
+
+from lsprotocol import types
+from pygls.workspace.position_codec import PositionCodec, ServerTextPosition
+
+from dplint.finding import Finding, Location
+from dplint.suppression import LINE_NOQA
+
+SOURCE = "dplint"
+
+
+def split_lines(text: str) -> List[str]:
+    """The lines as LSP and libcst count them (`\\n`, `\\r\\n`, `\\r`), each with its terminator."""
+    return io.StringIO(text, newline="").readlines()
+
+
+class Converter:
+    """Positions of one text, in the client's encoding."""
+
+    def __init__(self, text: str, codec: PositionCodec) -> None:
+        self.lines = split_lines(text)
+        self.codec = codec
+
+    def position(self, location: Location) -> types.Position:
+        return self.codec.position_to_client_units(self.lines, ServerTextPosition(location.row - 1, location.column - 1))
+
+    def range(self, start: Location, end: Location) -> types.Range:
+        return types.Range(self.position(start), self.position(end))
+
+    def location(self, position: types.Position) -> Location:
+        server = self.codec.position_from_client_units(self.lines, types.Position(position.line, position.character))
+        return Location(server.line + 1, server.character + 1)
+
+    def diagnostic(self, finding: Finding) -> types.Diagnostic:
+        severity = types.DiagnosticSeverity.Warning if finding.severity == "warning" else types.DiagnosticSeverity.Error
+        fix = None
+        if finding.fix is not None:
+            fix = {
+                "message": finding.fix.message,
+                "applicability": finding.fix.applicability,
+                "edits": [_edit_json(edit) for edit in self.fix_edits([finding])],
+            }
+        return types.Diagnostic(
+            range=self.range(finding.location, finding.end_location),
+            message=finding.message,
+            severity=severity,
+            code=finding.code,
+            code_description=types.CodeDescription(href=finding.url),
+            source=SOURCE,
+            data={"fix": fix, "noqaRow": finding.noqa_row or finding.location.row},
+        )
+
+    def fix_edits(self, findings: Iterable[Finding]) -> List[types.TextEdit]:
+        return [
+            types.TextEdit(self.range(edit.location, edit.end_location), edit.content)
+            for finding in findings
+            if finding.fix is not None
+            for edit in finding.fix.edits
+        ]
+
+    def noqa_edit(self, text: str, finding: Finding) -> Optional[types.TextEdit]:
+        """Adds `# noqa: CODE` to the finding's line (or extends the `# noqa: ...` there), where the result still parses."""
+        for row in dict.fromkeys((finding.location.row, finding.noqa_row or finding.location.row)):
+            if not 0 < row <= len(self.lines):
+                continue
+            line = self.lines[row - 1]
+            body = line.rstrip("\r\n")
+            match = next((m for m in LINE_NOQA.finditer(body) if m.group("codes")), None)
+            if match is not None:
+                column, content = match.end("codes"), f", {finding.code}"
+            else:
+                column, content = len(body), f"  # noqa: {finding.code}"
+            where = Location(row, column + 1)
+            offset = sum(len(previous) for previous in self.lines[: row - 1]) + column
+            if _parses(text[:offset] + content + text[offset:]):
+                return types.TextEdit(self.range(where, where), content)
+        return None
+
+
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def _edit_json(edit: types.TextEdit) -> dict:
+    start, end = edit.range.start, edit.range.end
+    return {
+        "range": {"start": {"line": start.line, "character": start.character}, "end": {"line": end.line, "character": end.character}},
+        "newText": edit.new_text,
+    }
+
+
+def overlaps(a: types.Range, b: types.Range) -> bool:
+    """Whether two ranges share a position (touching counts: a cursor at a finding's end is on it)."""
+    return (a.start.line, a.start.character) <= (b.end.line, b.end.character) and (b.start.line, b.start.character) <= (
+        a.end.line,
+        a.end.character,
+    )
+
+
+def contains(outer: types.Range, position: types.Position) -> bool:
+    point = (position.line, position.character)
+    return (outer.start.line, outer.start.character) <= point <= (outer.end.line, outer.end.character)
+
+
+def sorted_edits(edits: Sequence[types.TextEdit]) -> List[types.TextEdit]:
+    return sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character))
