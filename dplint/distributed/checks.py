@@ -81,12 +81,11 @@ class _RankChecks:
         theirs = self.channel.exchange(self.sequence, mine)
         if all(peer is not None and peer["call"] == call for peer in theirs.values()):
             return
-        parts = [f"rank {self.channel.rank} is in {call} at {where}"]
-        for rank, peer in sorted(theirs.items()):
-            if peer is None:
-                parts.append(f"rank {rank} {self.channel.peer_state(rank)}")
-            else:
-                parts.append(f"rank {rank} is in {peer['call']} at {peer['where']}")
+        theirs[self.channel.rank] = mine
+        parts = [
+            f"rank {rank} {self.channel.peer_state(rank)}" if peer is None else f"rank {rank} is in {peer['call']} at {peer['where']}"
+            for rank, peer in sorted(theirs.items())
+        ]
         raise DistributedPitfall("DPL507", "collective mismatch: " + "; ".join(parts), where)
 
     def leave(self, call: str, where: str) -> None:

@@ -67,12 +67,17 @@ class LaunchError(RuntimeError):
         self.code = failure.code if failure else (self.findings[0].code if self.findings else None)
         super().__init__(self._text())
 
+    def failure_text(self) -> str:
+        """Which rank failed, where, and (unless the failure names them already) what the others were doing."""
+        if self.failure is None:
+            return ""
+        lines = [self.failure.describe()]
+        if not self.failure.code:
+            lines += [f"  rank {rank} {state}" for rank, state in sorted(self.states.items()) if rank != self.failure.rank]
+        return "\n".join(lines)
+
     def _text(self) -> str:
-        lines: List[str] = []
-        if self.failure is not None:
-            lines.append(self.failure.describe())
-            if not self.failure.code:
-                lines += [f"  rank {rank} {state}" for rank, state in sorted(self.states.items()) if rank != self.failure.rank]
+        lines: List[str] = [self.failure_text()] if self.failure else []
         if self.findings:
             lines.append(f"{len(self.findings)} distributed pitfall{'s' * (len(self.findings) != 1)} found at runtime:")
             lines += [f"  {finding}" for finding in self.findings]
