@@ -114,6 +114,9 @@ class Channel:
     def _ended(self, rank: int) -> bool:
         return self.store.check([done_key(rank)]) or self.store.check([error_key(rank)])
 
+    def failed(self, rank: int) -> bool:
+        return self.store.check([error_key(rank)])
+
     def _fingerprint(self, seq: int, rank: int) -> Optional[Dict[str, str]]:
         key = collective_key(seq, rank)
         return json.loads(self.store.get(key)) if self.store.check([key]) else None

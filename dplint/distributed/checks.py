@@ -81,6 +81,9 @@ class _RankChecks:
         theirs = self.channel.exchange(self.sequence, mine)
         if all(peer is not None and peer["call"] == call for peer in theirs.values()):
             return
+        failed = [rank for rank, peer in theirs.items() if peer is None and self.channel.failed(rank)]
+        if failed:  # a consequence, not the cause: the launcher reports the failed rank first
+            raise RuntimeError(f"rank {failed[0]} failed while rank {self.channel.rank} waited in {call} at {where}")
         theirs[self.channel.rank] = mine
         parts = [
             f"rank {rank} {self.channel.peer_state(rank)}" if peer is None else f"rank {rank} is in {peer['call']} at {peer['where']}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -43,6 +44,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = sorted(set(checks) - set(ALL_CHECKS))
     if unknown:
         parser.error(f"unknown checks {', '.join(unknown)}; choose from {', '.join(ALL_CHECKS)}")
+    if not args.module and not os.path.isfile(args.training_script):
+        parser.error(f"no such script: {args.training_script}")
     target = ["-m", args.training_script] if args.module else [args.training_script]
     outcome = run_script([*target, *args.training_script_args], args.nprocs, args.timeout, checks)
     error = outcome.error()

@@ -6,7 +6,6 @@ import json
 import multiprocessing
 import os
 import pickle
-import subprocess
 import sys
 import time
 import warnings
@@ -71,31 +70,26 @@ class Outcome:
 
     def error(self) -> Optional[LaunchError]:
         if self.failures:
-            primary = min(self.failures, key=lambda f: (f.code is None, f.time, f.rank))
+            primary = min(self.failures, key=lambda f: (f.time, f.rank))  # the first to fail; the others follow from it
             return LaunchError(primary, self.states, self.findings)
         return LaunchError(None, self.states, self.findings) if self.findings else None
 
 
 class _Rank:
-    """A started rank, whether a multiprocessing.Process (`launch`) or a subprocess.Popen (`dplint run`)."""
+    """A started rank's process."""
 
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
+    def __init__(self, process: Any) -> None:
+        self.process = process
         self.stopped = False
 
     def exit_code(self) -> Optional[int]:
-        if isinstance(self.handle, subprocess.Popen):
-            return self.handle.poll()
-        return self.handle.exitcode
+        return self.process.exitcode
 
     def stop(self) -> None:
-        if self.exit_code() is None:
+        if self.process.exitcode is None:
             self.stopped = True
-            self.handle.kill()
-        if isinstance(self.handle, subprocess.Popen):
-            self.handle.wait()
-        else:
-            self.handle.join()
+            self.process.kill()
+        self.process.join()
 
 
 def _store() -> Any:
@@ -169,29 +163,10 @@ def launch(
     picklable (a module-level function), as with torch.multiprocessing.spawn.
     """
     from dplint.distributed.checks import ALL_CHECKS
+    from dplint.distributed.rank import run_function
 
     chosen = _validate(nprocs, timeout, checks or ALL_CHECKS, action)
-    settings = {"timeout": float(timeout), "checks": chosen}
-    context = _context()
-    store = _store()
-    started: List[_Rank] = []
-    try:
-        from dplint.distributed.rank import run_function
-
-        for r in range(nprocs):
-            process = context.Process(
-                target=run_function,
-                args=(rank_environment(r, nprocs, store.port), settings, fn, args, kwargs or {}),
-                name=f"dplint-rank-{r}",
-                daemon=True,
-            )
-            process.start()
-            started.append(_Rank(process))
-        outcome = _supervise(store, started, timeout)
-    finally:
-        for rank in started:
-            rank.stop()
-        del store
+    outcome = _run(run_function, (fn, args, kwargs or {}), nprocs, {"timeout": float(timeout), "checks": chosen})
     _report(outcome, action)
     return [outcome.results.get(r) for r in range(nprocs)]
 
@@ -215,20 +190,29 @@ def _context() -> Any:
 
 
 def run_script(target: Sequence[str], nprocs: int, timeout: float = DEFAULT_TIMEOUT, checks: Iterable[str] = ()) -> Outcome:
-    """`dplint run`: start `python -m dplint.distributed.rank target...` in each rank, as torchrun would."""
+    """`dplint run`: run a script (or `-m` module) as `__main__` in each rank, as torchrun would."""
     from dplint.distributed.checks import ALL_CHECKS
-    from dplint.distributed.rank import SETTINGS_VARIABLE
+    from dplint.distributed.rank import run_script as run_rank
 
     chosen = _validate(nprocs, timeout, checks or ALL_CHECKS, "raise")
-    settings = json.dumps({"timeout": float(timeout), "checks": chosen})
+    return _run(run_rank, (tuple(target),), nprocs, {"timeout": float(timeout), "checks": chosen})
+
+
+def _run(target: Callable[..., Any], arguments: tuple, nprocs: int, settings: Dict[str, Any]) -> Outcome:
+    context = _context()
     store = _store()
     started: List[_Rank] = []
     try:
         for r in range(nprocs):
-            environment = {**os.environ, **rank_environment(r, nprocs, store.port), SETTINGS_VARIABLE: settings}
-            command = [sys.executable, "-m", "dplint.distributed.rank", *target]
-            started.append(_Rank(subprocess.Popen(command, env=environment)))
-        return _supervise(store, started, timeout)
+            process = context.Process(
+                target=target,
+                args=(rank_environment(r, nprocs, store.port), settings, *arguments),
+                name=f"dplint-rank-{r}",
+                daemon=True,
+            )
+            process.start()
+            started.append(_Rank(process))
+        return _supervise(store, started, float(settings["timeout"]))
     finally:
         for rank in started:
             rank.stop()

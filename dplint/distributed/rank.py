@@ -1,8 +1,4 @@
-"""One rank: connect to the launcher's store, install the checks, run the user's code, publish the outcome.
-
-`python -m dplint.distributed.rank [-m module | script.py] [args...]` is what `dplint run` starts in
-each rank, with torchrun's environment variables and DPLINT_DISTRIBUTED (the settings, as JSON).
-"""
+"""One rank: connect to the launcher's store, install the checks, run the user's code, publish the outcome."""
 
 from __future__ import annotations
 
@@ -15,9 +11,6 @@ import time
 import traceback
 from dataclasses import asdict
 from typing import Any, Callable, Dict, Optional, Sequence
-
-SETTINGS_VARIABLE = "DPLINT_DISTRIBUTED"
-
 
 def _where(error: BaseException) -> str:
     from dplint.distributed.channel import _OWN_DIR, display_path
@@ -100,37 +93,34 @@ def run_function(environment: Dict[str, str], settings: Dict[str, Any], fn: Call
             dist.destroy_process_group()
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """A rank of `dplint run`: run the script (or module) as `__main__`, as python and torchrun do."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    settings = json.loads(os.environ[SETTINGS_VARIABLE])
+def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Sequence[str]) -> None:
+    """A rank of `dplint run`: run the script (or `-m` module) as `__main__`, as python does under torchrun."""
+    os.environ.update(environment)
     from dplint.distributed import checks
 
     channel = _connect(settings)
     status = 0
     try:
         checks.install(channel, set(settings["checks"]))
-        if argv[0] == "-m":
-            sys.argv = [argv[1], *argv[2:]]
+        if target[0] == "-m":
+            sys.argv = [target[1], *target[2:]]
             sys.path[0] = os.getcwd()
-            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+            runpy.run_module(target[1], run_name="__main__", alter_sys=True)
         else:
-            script = os.path.abspath(argv[0])
-            sys.argv = [argv[0], *argv[1:]]
-            sys.path[0] = os.path.dirname(script)
+            script = os.path.abspath(target[0])
+            sys.argv = list(target)
+            sys.path[0] = os.path.dirname(script)  # the script's folder first: its sibling modules import
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exit:
         status = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
         if status:
             _publish_failure(channel, SystemExit(f"the script exited with status {status}").with_traceback(exit.__traceback__))
     except BaseException as error:  # noqa: B902 - every failure is reported to the launcher
-        _publish_failure(channel, error)
         traceback.print_exc()
-        return 1
+        _publish_failure(channel, error)
+        status = 1
     if status == 0:
         _finish(channel, checks)
-    return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    raise SystemExit(status)
