@@ -61,6 +61,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["server"]:
         return serve(argv[1:])
+    if argv[:1] == ["run"]:  # `dplint run --nproc-per-node N script.py`: the distributed runtime
+        from dplint.distributed.cli import main as run_main
+
+        return run_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return run(args)

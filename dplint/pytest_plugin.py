@@ -51,7 +51,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help=f"devices to simulate on CPU (default: {DEFAULT_SIMULATED_DEVICES} when fewer GPUs are present)",
     )
+    group.addoption("--dplint-ranks", type=int, metavar="N", default=None, help="ranks for tests marked dplint(ranks=True) (default: 2)")
     parser.addini("dplint", type="bool", default=False, help="check every nn.DataParallel call in every test")
+    parser.addini("dplint_ranks", default="", help="ranks for tests marked dplint(ranks=True)")
     parser.addini("dplint_devices", default="", help="devices to simulate for dplint's runtime checks")
 
 
@@ -87,6 +89,8 @@ def _settings_for(item: pytest.Item) -> Optional[dict]:
     if marker is None and not state.enabled:
         return None
     settings = {"devices": state.devices, "action": "raise"}
+    if marker is not None and "ranks" in marker.kwargs:  # a distributed test: see pytest_pyfunc_call
+        return None
     if marker is not None:
         settings.update(marker.kwargs)
     return settings
@@ -102,6 +106,17 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
     with runtime.checking(**settings):
         yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Optional[bool]:
+    marker = pyfuncitem.get_closest_marker("dplint")
+    if marker is None or "ranks" not in marker.kwargs:
+        return None
+    from dplint.distributed.pytest_support import ranks_for, run_on_ranks
+
+    ranks = ranks_for(pyfuncitem)
+    return None if ranks is None else run_on_ranks(pyfuncitem, ranks)
 
 
 def _pitfall(excinfo: Optional[pytest.ExceptionInfo]) -> Any:

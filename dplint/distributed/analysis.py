@@ -1,0 +1,183 @@
+"""After the run: compare what the ranks published and turn it into findings."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Dict, List, Sequence, Tuple
+
+from dplint.distributed.errors import Finding
+
+Events = Dict[int, List[Dict[str, Any]]]
+_SAMPLER_SETTINGS = ("seed", "length", "num_replicas", "shuffle", "drop_last")
+
+
+def findings(events: Events) -> List[Finding]:
+    found = _reported(events)
+    if len(events) > 1:
+        found += _samplers(events) + _first_batches(events) + _divergence(events) + _saves(events)
+    return found
+
+
+def _by(events: Events, kind: str) -> Dict[int, List[Dict[str, Any]]]:
+    return {rank: [e for e in rank_events if e["kind"] == kind] for rank, rank_events in events.items()}
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
+
+
+def _reported(events: Events) -> List[Finding]:
+    seen: Dict[Tuple[str, str, str], List[int]] = defaultdict(list)
+    for rank, rank_events in sorted(_by(events, "finding").items()):
+        for event in rank_events:
+            seen[(event["code"], event["message"], event["where"])].append(rank)
+    return [Finding(code, message, where, tuple(ranks)) for (code, message, where), ranks in seen.items()]
+
+
+def _indexed(events: Events, kind: str) -> Dict[int, Dict[int, Dict[str, Any]]]:
+    """kind's events by their per-rank ordinal `index`, then by rank: the k-th sampler of every rank."""
+    table: Dict[int, Dict[int, Dict[str, Any]]] = defaultdict(dict)
+    for rank, rank_events in _by(events, kind).items():
+        for event in rank_events:
+            table[event["index"]].setdefault(rank, event)
+    return table
+
+
+def _samplers(events: Events) -> List[Finding]:
+    found = []
+    for ranks in _indexed(events, "sampler").values():
+        if len(ranks) < 2:
+            continue
+        where = ranks[min(ranks)]["where"]
+        for setting in _SAMPLER_SETTINGS:
+            values = {rank: event[setting] for rank, event in ranks.items()}
+            if len(set(values.values())) > 1:
+                listed = ", ".join(f"{values[rank]} on rank {rank}" for rank in sorted(values))
+                found.append(Finding(
+                    "DPL503",
+                    f"this DistributedSampler's `{setting}` differs between ranks ({listed}): the shards overlap or miss samples",
+                    where, tuple(sorted(ranks)),
+                ))  # fmt: skip
+                break
+        else:
+            shards: Dict[Any, List[int]] = defaultdict(list)
+            for rank, event in ranks.items():
+                shards[event["rank"]].append(rank)
+            for shard, readers in shards.items():
+                if len(readers) > 1:
+                    found.append(Finding(
+                        "DPL503",
+                        f"{_ranks(readers)} all read shard {shard} of this DistributedSampler: pass each process's own rank",
+                        where, tuple(sorted(readers)),
+                    ))  # fmt: skip
+    return found
+
+
+def _first_batches(events: Events) -> List[Finding]:
+    found = []
+    for ranks in _indexed(events, "batch").values():
+        if len(ranks) < 2:
+            continue
+        where = ranks[min(ranks)]["where"]
+        if all("indices" in event for event in ranks.values()):
+            samples = {rank: event["indices"] for rank, event in ranks.items()}
+            if all(samples.values()) and len({tuple(s) for s in samples.values()}) == 1:
+                preview = ", ".join(map(str, samples[min(samples)][:4]))
+                found.append(Finding(
+                    "DPL503",
+                    f"every rank's first training batch holds the same samples ({preview}, ...): this loader is not sharded",
+                    where, tuple(sorted(ranks)),
+                ))  # fmt: skip
+                continue
+            padding = max(event["padding"] for event in ranks.values())
+            ordered = sorted(samples)
+            for i, first in enumerate(ordered):
+                for second in ordered[i + 1:]:
+                    shared = set(samples[first]) & set(samples[second])
+                    if len(shared) > padding:
+                        found.append(Finding(
+                            "DPL503",
+                            f"ranks {first} and {second} share {len(shared)} of their first batch's samples: the shards overlap",
+                            where, (first, second),
+                        ))  # fmt: skip
+                        break
+                else:
+                    continue
+                break
+        elif all("digest" in event for event in ranks.values()):
+            digests = {repr(event["digest"]) for event in ranks.values()}
+            if len(digests) == 1 and ranks[min(ranks)]["digest"]:
+                found.append(Finding(
+                    "DPL503",
+                    "every rank's first training batch holds the same data: this loader is not sharded across ranks",
+                    where, tuple(sorted(ranks)),
+                ))  # fmt: skip
+    return found
+
+
+def _differ(a: float, b: float) -> bool:
+    return abs(a - b) > 1e-5 * max(abs(a), abs(b)) + 1e-8
+
+
+def _divergence(events: Events) -> List[Finding]:
+    found = []
+    models = _indexed(_renamed(events, "model"), "model")
+    steps: Dict[Tuple[int, int], Dict[int, List[float]]] = defaultdict(dict)
+    for rank, rank_events in _by(events, "params").items():
+        for event in rank_events:
+            steps[(event["model"], event["step"])][rank] = event["norms"]
+    diverged: Dict[int, Tuple[int, List[str]]] = {}
+    for (model, step), norms in sorted(steps.items()):
+        if model in diverged or len(norms) < 2 or model not in models:
+            continue
+        names = models[model][min(models[model])]["names"]
+        reference = norms[min(norms)]
+        differing = [
+            names[i] for i in range(min(len(names), len(reference)))
+            if any(i < len(other) and _differ(reference[i], other[i]) for other in norms.values())
+        ]  # fmt: skip
+        if differing:
+            diverged[model] = (step, differing)
+    for model, (step, differing) in sorted(diverged.items()):
+        listed = ", ".join(f"`{name}`" for name in differing[:3]) + (f" and {len(differing) - 3} more" if len(differing) > 3 else "")
+        what = f"replicas hold different parameters after optimizer step {step} ({listed})"
+        bypasses = [(rank, e) for rank, es in _by(events, "bypass").items() for e in es if e["model"] == model]
+        changes = [(rank, e) for rank, es in _by(events, "changed").items() for e in es if e["model"] == model]
+        if bypasses:
+            where = bypasses[0][1]["where"]
+            found.append(Finding("DPL504", f"{what}: this forward through `.module` skips DDP's gradient sync", where,
+                                 tuple(sorted({rank for rank, _ in bypasses}))))  # fmt: skip
+        elif changes:
+            rank, change = changes[0]
+            changed_on = sorted({r for r, e in changes if e["where"] == change["where"]})
+            only = f" on {_ranks(changed_on)} only" if len(changed_on) < len(events) else ""
+            found.append(Finding("DPL511", f"{what}: {change['what']} after wrapping in DDP{only}; DDP syncs only gradients",
+                                 change["where"], tuple(changed_on)))  # fmt: skip
+        else:
+            where = models[model][min(models[model])]["where"]
+            found.append(Finding("DPL520", f"{what}: their gradients were not averaged, or they changed outside DDP",
+                                 where, tuple(sorted(events))))  # fmt: skip
+    return found
+
+
+def _renamed(events: Events, kind: str) -> Events:
+    """`model` events carry `model` as their ordinal; index them like the others."""
+    return {rank: [dict(e, index=e["model"]) for e in es if e["kind"] == kind] for rank, es in events.items()}
+
+
+def _saves(events: Events) -> List[Finding]:
+    writers: Dict[str, Dict[int, str]] = defaultdict(dict)
+    for rank, rank_events in sorted(_by(events, "save").items()):
+        for event in rank_events:
+            writers[event["path"]].setdefault(rank, event["where"])
+    found = []
+    for path, ranks in writers.items():
+        if len(ranks) > 1:
+            name = path.rsplit("/", 1)[-1]
+            found.append(Finding(
+                "DPL505",
+                f"{_ranks(list(ranks))} all save `{name}`: concurrent writes can corrupt it; save from rank 0 only",
+                ranks[min(ranks)], tuple(sorted(ranks)),
+            ))  # fmt: skip
+    return found

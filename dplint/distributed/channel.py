@@ -1,0 +1,133 @@
+"""The side channel between the ranks and the launcher: the launcher's TCPStore, with `dplint/` keys.
+
+It is the store the default process group rendezvouses on (torchrun's agent-store layout), reached
+through a client connection of its own. Writes (`set`, `append`) do not wait for a reply, so
+publishing an event costs one send; reads happen only where a rank must compare with its peers
+(a collective's fingerprint) and in the launcher after the run. No collective is ever issued on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+from typing import Any, Dict, List, Optional
+
+PREFIX = "dplint/"
+
+
+def state_key(rank: int) -> str:
+    return f"{PREFIX}state/{rank}"
+
+
+def events_key(rank: int) -> str:
+    return f"{PREFIX}events/{rank}"
+
+
+def error_key(rank: int) -> str:
+    return f"{PREFIX}error/{rank}"
+
+
+def result_key(rank: int) -> str:
+    return f"{PREFIX}result/{rank}"
+
+
+def done_key(rank: int) -> str:
+    return f"{PREFIX}done/{rank}"
+
+
+def collective_key(seq: int, rank: int) -> str:
+    return f"{PREFIX}collective/{seq}/{rank}"
+
+
+_TORCH_DIR: Optional[str] = None
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_site(depth: int = 2) -> str:
+    """`file:line` of the innermost caller outside torch and dplint.distributed (the user's code)."""
+    global _TORCH_DIR
+    if _TORCH_DIR is None:
+        import torch
+
+        _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    frame = sys._getframe(depth)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (filename.startswith(_TORCH_DIR) or filename.startswith(_OWN_DIR) or filename.startswith("<")):
+            return f"{display_path(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+def display_path(filename: str) -> str:
+    cwd = os.getcwd() + os.sep
+    return filename[len(cwd):] if filename.startswith(cwd) else filename
+
+
+class Channel:
+    """One rank's end of the side channel."""
+
+    def __init__(self, host: str, port: int, rank: int, world_size: int, timeout: float) -> None:
+        from torch.distributed import TCPStore
+
+        self.rank = rank
+        self.world_size = world_size
+        self.timeout = timeout
+        self.store = TCPStore(host, port, is_master=False, timeout=timedelta(seconds=max(timeout, 5.0)))
+        self.peers = [r for r in range(world_size) if r != rank]
+
+    def state(self, text: str) -> None:
+        self.store.set(state_key(self.rank), text)
+
+    def event(self, kind: str, **data: Any) -> None:
+        data["kind"] = kind
+        self.store.append(events_key(self.rank), json.dumps(data, separators=(",", ":")) + "\n")
+
+    def finding(self, code: str, message: str, where: str) -> None:
+        self.event("finding", code=code, message=message, where=where)
+
+    def peer_state(self, rank: int) -> str:
+        if self.store.check([done_key(rank)]):
+            return self.store.get(done_key(rank)).decode()
+        if self.store.check([state_key(rank)]):
+            return self.store.get(state_key(rank)).decode()
+        return "has not started its work yet"
+
+    def exchange(self, seq: int, fingerprint: Dict[str, str]) -> Dict[int, Optional[Dict[str, str]]]:
+        """Publish this rank's fingerprint of collective `seq`; return every peer's (None: never came)."""
+        self.store.set(collective_key(seq, self.rank), json.dumps(fingerprint))
+        keys = [collective_key(seq, r) for r in self.peers]
+        deadline = time.monotonic() + self.timeout
+        delay = 0.0002
+        while not self.store.check(keys):
+            if time.monotonic() > deadline or any(self._ended(r) for r in self.peers):
+                # Peers that arrived meanwhile still count; the others are reported with their state.
+                return {r: self._fingerprint(seq, r) for r in self.peers}
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        values = self.store.multi_get(keys)
+        return {r: json.loads(value) for r, value in zip(self.peers, values)}
+
+    def _ended(self, rank: int) -> bool:
+        return self.store.check([done_key(rank)]) or self.store.check([error_key(rank)])
+
+    def failed(self, rank: int) -> bool:
+        return self.store.check([error_key(rank)])
+
+    def _fingerprint(self, seq: int, rank: int) -> Optional[Dict[str, str]]:
+        key = collective_key(seq, rank)
+        return json.loads(self.store.get(key)) if self.store.check([key]) else None
+
+
+def read_events(store: Any, rank: int) -> List[Dict[str, Any]]:
+    key = events_key(rank)
+    if not store.check([key]):
+        return []
+    return [json.loads(line) for line in store.get(key).decode().splitlines() if line]
+
+
+def read_text(store: Any, key: str) -> Optional[str]:
+    return store.get(key).decode() if store.check([key]) else None

@@ -1,0 +1,502 @@
+"""The checks installed in every rank, and the shims that let a GPU script take its CPU path.
+
+Everything a rank observes is published on the side channel (`channel.Channel`): cross-rank
+comparisons that need no answer before going on (sampler settings, first batches, parameter
+checksums, checkpoint paths) are made by the launcher after the run; only collectives compare at
+once, because a mismatched collective hangs or silently corrupts data on gloo.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import re
+import sys
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Set
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
+
+from dplint.distributed.channel import Channel, user_site
+from dplint.distributed.errors import DistributedPitfall
+
+ALL_CHECKS = ("collectives", "samplers", "sharding", "divergence", "checkpoints", "unused-parameters")
+
+COLLECTIVES = (
+    "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all", "all_to_all_single",
+    "barrier", "broadcast", "broadcast_object_list", "gather", "gather_object", "reduce", "reduce_scatter",
+    "reduce_scatter_tensor", "scatter", "scatter_object_list",
+)  # fmt: skip
+_SIGNATURE_ARGUMENTS = ("src", "dst", "group_src", "group_dst", "op")
+_FIRST_BATCH_LIMIT = 4096
+_UNUSED = re.compile(r"Parameter indices which did not receive grad for rank (\d+): ([\d ]+)")
+
+
+@dataclass
+class _Model:
+    """A DistributedDataParallel model of this rank, numbered in construction order."""
+
+    index: int
+    ddp: "weakref.ref[DistributedDataParallel]"
+    where: str
+    params: List[nn.Parameter]
+    reducer_names: List[str]  # DDP's own parameter order: the indices in its unused-parameter error
+    steps: int = 0
+    noted: Set[str] = field(default_factory=set)
+
+
+class _RankChecks:
+    def __init__(self, channel: Channel, checks: Set[str], group_ready: bool) -> None:
+        self.channel = channel
+        self.checks = checks
+        self.group_ready = group_ready  # the launcher initialised the default group before the user's code
+        self.sequence = 0
+        self.last_collective = ""
+        self.local = threading.local()
+        self.models: List[_Model] = []
+        self.samplers = 0
+        self.loaders = 0
+        self.saved: Set[str] = set()
+        self.notes: Set[str] = set()
+        self.restore: List[Callable[[], None]] = []
+
+    # collectives -------------------------------------------------------------------------------
+    def depth(self) -> int:
+        return getattr(self.local, "depth", 0)
+
+    def enter(self, call: str, where: str) -> None:
+        """Publish the fingerprint of the next collective on the default group and compare it with the peers'."""
+        self.sequence += 1
+        self.channel.state(f"is in {call} at {where}")
+        mine = {"call": call, "where": where}
+        theirs = self.channel.exchange(self.sequence, mine)
+        if all(peer is not None and peer["call"] == call for peer in theirs.values()):
+            return
+        failed = [rank for rank, peer in theirs.items() if peer is None and self.channel.failed(rank)]
+        if failed:  # a consequence, not the cause: the launcher reports the failed rank first
+            raise RuntimeError(f"rank {failed[0]} failed while rank {self.channel.rank} waited in {call} at {where}")
+        theirs[self.channel.rank] = mine
+        parts = [
+            f"rank {rank} {self.channel.peer_state(rank)}" if peer is None else f"rank {rank} is in {peer['call']} at {peer['where']}"
+            for rank, peer in sorted(theirs.items())
+        ]
+        raise DistributedPitfall("DPL507", "collective mismatch: " + "; ".join(parts), where)
+
+    def leave(self, call: str, where: str) -> None:
+        self.last_collective = f"{call} at {where}"
+        self.channel.state(f"is running; its last collective was {self.last_collective}")
+
+    def note(self, text: str) -> None:
+        """Say something about the run once, from rank 0."""
+        if text not in self.notes and self.channel.rank == 0:
+            print(f"dplint: {text}", file=sys.stderr, flush=True)
+        self.notes.add(text)
+
+    def model_of(self, module: nn.Module) -> Optional[_Model]:
+        for model in self.models:
+            ddp = model.ddp()
+            if ddp is not None and (module is ddp or any(module is sub for sub in ddp.module.modules())):
+                return model
+        return None
+
+    def changed_after_wrap(self, module: nn.Module, what: str) -> None:
+        if getattr(self.local, "quiet", 0):
+            return
+        model = self.model_of(module)
+        if model is None:
+            return
+        where = user_site(3)
+        if f"changed {where}" not in model.noted:
+            model.noted.add(f"changed {where}")
+            self.channel.event("changed", model=model.index, what=what, where=where)
+
+
+_active: Optional[_RankChecks] = None
+
+
+def install(channel: Channel, checks: Set[str], group_ready: bool = False) -> None:
+    """Install the shims and the chosen checks in this process (one rank)."""
+    global _active
+    unknown = set(checks) - set(ALL_CHECKS)
+    if unknown:
+        raise ValueError(f"unknown distributed checks: {sorted(unknown)}; choose from {list(ALL_CHECKS)}")
+    _active = rank = _RankChecks(channel, set(checks), group_ready)
+    _install_shims(rank)
+    if "collectives" in checks:
+        for name in COLLECTIVES:
+            _patch(rank, dist.distributed_c10d, name, _collective(rank, name, getattr(dist.distributed_c10d, name)))
+            if getattr(dist, name, None) is not None:
+                _patch(rank, dist, name, getattr(dist.distributed_c10d, name))
+    _patch(rank, DistributedDataParallel, "__init__", _ddp_init(rank, DistributedDataParallel.__init__))
+    _patch(rank, DistributedDataParallel, "forward", _ddp_forward(rank, DistributedDataParallel.forward))
+    if "divergence" in checks:
+        _patch(rank, nn.Module, "load_state_dict", _changing(rank, nn.Module.load_state_dict, "load_state_dict()"))
+        _patch(rank, nn.Module, "_apply", _changing(rank, nn.Module._apply, "a move or cast (.to/.double/...)"))
+        registration = torch.nn.modules.module
+        handles = [
+            registration.register_module_module_registration_hook(
+                lambda module, name, sub: rank.changed_after_wrap(module, f"replacing submodule `{name}`")
+            ),
+            registration.register_module_parameter_registration_hook(
+                lambda module, name, param: rank.changed_after_wrap(module, f"replacing parameter `{name}`")
+            ),
+            register_optimizer_step_post_hook(lambda optimizer, args, kwargs: _after_step(rank)),
+        ]
+        rank.restore += [handle.remove for handle in handles]
+    if checks & {"samplers", "sharding"}:
+        _patch(rank, DistributedSampler, "__init__", _sampler_init(rank, DistributedSampler.__init__))
+    if "samplers" in checks:
+        _patch(rank, DistributedSampler, "__iter__", _sampler_iter(DistributedSampler.__iter__))
+    if "sharding" in checks:
+        _patch(rank, DataLoader, "__iter__", _loader_iter(rank, DataLoader.__iter__))
+        _patch(rank, _BaseDataLoaderIter, "_next_index", _next_index(_BaseDataLoaderIter._next_index))
+        _patch(rank, _BaseDataLoaderIter, "__next__", _next_batch(_BaseDataLoaderIter.__next__))
+    if "checkpoints" in checks:
+        saving = _save(rank, torch.save)
+        _patch(rank, torch, "save", saving)
+        _patch(rank, torch.serialization, "save", saving)
+
+
+def uninstall() -> None:
+    global _active
+    if _active is not None:
+        for undo in reversed(_active.restore):
+            undo()
+    _active = None
+
+
+def _patch(rank: _RankChecks, owner: Any, name: str, replacement: Any) -> None:
+    original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+    setattr(owner, name, replacement)
+    rank.restore.append(lambda: setattr(owner, name, original))
+
+
+# shims: a torchrun/NCCL script on CPU -------------------------------------------------------------
+def _install_shims(rank: _RankChecks) -> None:
+    original = dist.init_process_group
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        if rank.group_ready and dist.is_initialized():
+            return None  # `launch` joined the group already: the function's own call is a no-op
+        bound = signature.bind(*args, **kwargs)
+        backend = bound.arguments.get("backend")
+        if backend is not None and "nccl" in str(backend).lower():
+            rank.note(f"backend {str(backend)!r} runs as 'gloo' on CPU ({user_site()})")
+            bound.arguments["backend"] = "gloo"
+        device_id = bound.arguments.get("device_id")
+        if device_id is not None and not torch.cuda.is_available():
+            bound.arguments["device_id"] = None
+        timeout = bound.arguments.get("timeout")
+        if timeout is None or timeout.total_seconds() > rank.channel.timeout:
+            from datetime import timedelta
+
+            bound.arguments["timeout"] = timedelta(seconds=rank.channel.timeout)
+        return original(*bound.args, **bound.kwargs)
+
+    _patch(rank, dist, "init_process_group", init_process_group)
+    _patch(rank, dist.distributed_c10d, "init_process_group", init_process_group)
+    if not torch.cuda.is_available():
+        _patch(rank, torch.cuda, "set_device", lambda device: None)
+
+
+# collectives -------------------------------------------------------------------------------------
+def _describe(name: str, arguments: Dict[str, Any]) -> str:
+    parts = []
+    for value in arguments.values():
+        if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+            value = value[0]
+        if isinstance(value, torch.Tensor):
+            parts.append(f"{str(value.dtype).replace('torch.', '')}{list(value.shape)}")
+            break
+    parts += [f"{key}={arguments[key]}" for key in _SIGNATURE_ARGUMENTS if arguments.get(key) is not None and key != "op"]
+    if arguments.get("op") is not None:
+        parts.append(f"op={getattr(arguments['op'], 'name', arguments['op'])}")
+    return f"dist.{name}({', '.join(parts)})"
+
+
+def _on_default_group(arguments: Dict[str, Any]) -> bool:
+    group = arguments.get("group")
+    return group is None or group is dist.GroupMember.WORLD
+
+
+def _collective(rank: _RankChecks, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def collective(*args: Any, **kwargs: Any) -> Any:
+        if rank.depth():  # a collective made of collectives (all_gather_object) is fingerprinted once
+            return original(*args, **kwargs)
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments
+        except TypeError:
+            return original(*args, **kwargs)
+        where = user_site()
+        call = _describe(name, arguments)
+        if _on_default_group(arguments) and dist.is_initialized():
+            rank.enter(call, where)
+        rank.local.depth = 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            rank.local.depth = 0
+            rank.leave(call, where)
+
+    return collective
+
+
+# DistributedDataParallel -------------------------------------------------------------------------
+def _ddp_init(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self: DistributedDataParallel, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        module = bound.arguments["module"]
+        on_cpu = all(p.device.type == "cpu" for p in module.parameters())
+        if on_cpu and bound.arguments.get("device_ids"):
+            rank.note(f"DDP device_ids={bound.arguments['device_ids']} dropped: the model is on CPU ({user_site()})")
+            bound.arguments["device_ids"] = None
+            bound.arguments["output_device"] = None
+        where = user_site()
+        collective = "collectives" in rank.checks and dist.is_initialized() and bound.arguments.get("process_group") is None
+        if collective:
+            rank.enter("DDP construction (parameter broadcast)", where)
+        rank.local.quiet = getattr(rank.local, "quiet", 0) + 1
+        try:
+            original(*bound.args, **bound.kwargs)
+        finally:
+            rank.local.quiet -= 1
+            if collective:
+                rank.leave("DDP construction (parameter broadcast)", where)
+        _register(rank, self, where)
+
+    return __init__
+
+
+def _register(rank: _RankChecks, ddp: DistributedDataParallel, where: str) -> None:
+    seen: Set[int] = set()
+    names, params = [], []
+    for name, param in ddp.module.named_parameters():
+        names.append(name)
+        params.append(param)
+        seen.add(id(param))
+    reducer_names, reducer_seen = [], set()
+    ignored = getattr(ddp, "parameters_to_ignore", set())
+    for module_name, module in ddp.module.named_modules():
+        for param_name, param in module.named_parameters(recurse=False):
+            full = f"{module_name}.{param_name}" if module_name else param_name
+            if param.requires_grad and full not in ignored and id(param) not in reducer_seen:
+                reducer_seen.add(id(param))
+                reducer_names.append(full)
+    model = _Model(len(rank.models), weakref.ref(ddp), where, params, reducer_names)
+    rank.models.append(model)
+    if "divergence" in rank.checks:
+        rank.channel.event("model", model=model.index, where=where, names=names)
+        hook = functools.partial(_bypass_hook, rank, model)
+        for module in (ddp.module, *ddp.module.children()):
+            module.register_forward_pre_hook(hook)
+
+
+def _bypass_hook(rank: _RankChecks, model: _Model, module: nn.Module, inputs: Any) -> None:
+    if getattr(rank.local, "ddp_forward", 0) or not torch.is_grad_enabled() or not module.training:
+        return
+    where = user_site(3)
+    if f"bypass {where}" not in model.noted:
+        model.noted.add(f"bypass {where}")
+        rank.channel.event("bypass", model=model.index, where=where)
+
+
+def _ddp_forward(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def forward(self: DistributedDataParallel, *inputs: Any, **kwargs: Any) -> Any:
+        where = user_site()
+        syncs = "collectives" in rank.checks and self.will_sync_module_buffers() and self.process_group is dist.GroupMember.WORLD
+        if syncs:
+            rank.enter("DDP forward (buffer broadcast)", where)
+        else:
+            rank.channel.state(f"is in or after DDP forward at {where} (its backward all-reduces gradients)")
+        rank.local.ddp_forward = getattr(rank.local, "ddp_forward", 0) + 1
+        try:
+            return original(self, *inputs, **kwargs)
+        except RuntimeError as error:
+            unused = _UNUSED.search(str(error)) if "unused-parameters" in rank.checks else None
+            if unused is None:
+                raise
+            raise _unused_parameters(rank, self, int(unused.group(1)), unused.group(2).split()) from error
+        finally:
+            rank.local.ddp_forward -= 1
+            if syncs:
+                rank.leave("DDP forward (buffer broadcast)", where)
+
+    return forward
+
+
+def _unused_parameters(rank: _RankChecks, ddp: DistributedDataParallel, on_rank: int, indices: List[str]) -> DistributedPitfall:
+    model = next((m for m in rank.models if m.ddp() is ddp), None)
+    names = [model.reducer_names[int(i)] for i in indices if model and int(i) < len(model.reducer_names)] or indices
+    frozen = {name for name, param in ddp.module.named_parameters() if not param.requires_grad}
+    listed = ", ".join(f"`{name}`" for name in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    if frozen & set(names):
+        cause = "they were frozen after wrapping; freeze before `DistributedDataParallel(...)`"
+    else:
+        cause = "use them in every forward, or pass `find_unused_parameters=True`"
+    message = f"parameters got no gradient on rank {on_rank} in the previous iteration: {listed}; {cause}"
+    return DistributedPitfall("DPL521", message, model.where if model else user_site())
+
+
+def _changing(rank: _RankChecks, original: Callable[..., Any], what: str) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def changing(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if rank.models:
+            rank.changed_after_wrap(self, what)
+        rank.local.quiet = getattr(rank.local, "quiet", 0) + 1  # `_apply` recurses into every submodule
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            rank.local.quiet -= 1
+
+    return changing
+
+
+def _after_step(rank: _RankChecks) -> None:
+    for model in rank.models:
+        if model.ddp() is None or not model.params:
+            continue
+        model.steps += 1
+        with torch.no_grad():
+            norms = torch.stack([norm.double() for norm in torch._foreach_norm(model.params)]).tolist()
+        rank.channel.event("params", model=model.index, step=model.steps, norms=norms)
+
+
+# samplers and loaders ----------------------------------------------------------------------------
+def _sampler_init(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def __init__(self: DistributedSampler, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self._dplint_where = user_site()
+        self._dplint_index = rank.samplers
+        rank.samplers += 1
+        if "sharding" in rank.checks:
+            try:
+                length: Optional[int] = len(self.dataset)  # type: ignore[arg-type]
+            except TypeError:
+                length = None
+            rank.channel.event(
+                "sampler", index=self._dplint_index, where=self._dplint_where, seed=self.seed, length=length,
+                num_replicas=self.num_replicas, rank=self.rank, shuffle=self.shuffle, drop_last=self.drop_last,
+            )  # fmt: skip
+
+    return __init__
+
+
+def _sampler_iter(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def __iter__(self: DistributedSampler) -> Any:
+        indices = original(self)
+        if not self.shuffle or _active is None or not hasattr(self, "_dplint_where"):
+            return indices
+        finished: Set[int] = self.__dict__.setdefault("_dplint_finished_epochs", set())
+        if self.epoch in finished and not self.__dict__.get("_dplint_reported"):
+            self._dplint_reported = True
+            _active.channel.finding(
+                "DPL501",
+                f"this shuffling DistributedSampler is iterated again at epoch {self.epoch}: without "
+                "`set_epoch(epoch)` every epoch repeats the same order",
+                self._dplint_where,
+            )
+        return _watch(indices, finished, self.epoch)
+
+    return __iter__
+
+
+def _watch(indices: Any, finished: Set[int], epoch: int) -> Any:
+    yield from indices
+    finished.add(epoch)  # only a full pass counts: peeking at one batch before training is fine
+
+
+def _training(rank: _RankChecks) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    return any((ddp := model.ddp()) is not None and ddp.training for model in rank.models)
+
+
+def _loader_iter(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def __iter__(self: DataLoader) -> Any:
+        iterator = original(self)
+        if "_dplint_seen" not in self.__dict__ and _training(rank):
+            self.__dict__["_dplint_seen"] = True
+            padding = 0
+            sampler = self.sampler
+            if isinstance(sampler, DistributedSampler) and not sampler.drop_last:
+                padding = sampler.total_size - len(sampler.dataset)  # type: ignore[arg-type]
+            iterator._dplint_first = {"index": rank.loaders, "where": user_site(), "padding": padding}
+            rank.loaders += 1
+        return iterator
+
+    return __iter__
+
+
+def _next_index(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _next_index(self: _BaseDataLoaderIter) -> Any:
+        index = original(self)
+        first = self.__dict__.get("_dplint_first")
+        if first is not None and self._dataset_kind == _DatasetKind.Map and "indices" not in first:
+            first["indices"] = [int(i) for i in (index if isinstance(index, (list, tuple)) else [index])][:_FIRST_BATCH_LIMIT]
+        return index
+
+    return _next_index
+
+
+def _next_batch(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def __next__(self: _BaseDataLoaderIter) -> Any:
+        batch = original(self)
+        first = self.__dict__.pop("_dplint_first", None)
+        if first is not None and _active is not None:
+            if "indices" not in first:
+                first["digest"] = _digest(batch)
+            _active.channel.event("batch", **first)
+        return batch
+
+    return __next__
+
+
+def _digest(batch: Any) -> List[Any]:
+    tensors: List[torch.Tensor] = []
+    pending = [batch]
+    while pending and len(tensors) < 16:
+        item = pending.pop()
+        if isinstance(item, torch.Tensor):
+            tensors.append(item)
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+    return [[list(t.shape), float(t.detach().double().sum())] for t in tensors]
+
+
+# checkpoints -------------------------------------------------------------------------------------
+def _save(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(f, (str, os.PathLike)):
+            path = os.path.realpath(os.fspath(f))
+            if path not in rank.saved:
+                rank.saved.add(path)
+                rank.channel.event("save", path=path, where=user_site())
+        return original(obj, f, *args, **kwargs)
+
+    return save

@@ -1,0 +1,84 @@
+"""What the distributed runtime reports: findings, a pitfall raised inside a rank, and the launcher's error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A pitfall seen at runtime: `where` is `file:line` in the user's code; `ranks` saw it."""
+
+    code: str
+    message: str
+    where: str
+    ranks: Sequence[int] = ()
+
+    def __str__(self) -> str:
+        seen = f" [rank{'s' * (len(self.ranks) != 1)} {', '.join(map(str, self.ranks))}]" if self.ranks else ""
+        return f"{self.where}: {self.code} {self.message}{seen}"
+
+
+class DistributedPitfall(RuntimeError):
+    """Raised inside a rank where going on would hang or crash (a collective mismatch, unused parameters)."""
+
+    def __init__(self, code: str, message: str, where: str) -> None:
+        super().__init__(f"{code} {message}")
+        self.code = code
+        self.message = message
+        self.where = where
+
+
+@dataclass
+class RankFailure:
+    rank: int
+    kind: str  # the exception's type name, or "exit" for a process that died without one
+    message: str
+    where: str
+    traceback: str = ""
+    code: Optional[str] = None  # set for a DistributedPitfall
+    time: float = 0.0
+
+    def describe(self) -> str:
+        if self.code:
+            return self.message
+        if self.kind == "exit":
+            return f"rank {self.rank} {self.message}; it {self.where}"
+        return f"rank {self.rank} failed at {self.where}: {self.kind}: {self.message}"
+
+
+class LaunchError(RuntimeError):
+    """A distributed run failed, or finished with findings; the message says which rank, where, and what the others did.
+
+    `.failure` is the failed rank's RankFailure (None when the run finished with findings only), `.states`
+    what every rank was doing at the end, `.findings` the runtime findings.
+    """
+
+    def __init__(
+        self,
+        failure: Optional[RankFailure],
+        states: Dict[int, str],
+        findings: Sequence[Finding] = (),
+    ) -> None:
+        self.failure = failure
+        self.states = states
+        self.findings = list(findings)
+        self.code = failure.code if failure else (self.findings[0].code if self.findings else None)
+        super().__init__(self._text())
+
+    def failure_text(self) -> str:
+        """Which rank failed, where, and (unless the failure names them already) what the others were doing."""
+        if self.failure is None:
+            return ""
+        lines = [self.failure.describe()]
+        if not self.failure.code:
+            lines += [f"  rank {rank} {state}" for rank, state in sorted(self.states.items()) if rank != self.failure.rank]
+        return "\n".join(lines)
+
+    def _text(self) -> str:
+        lines: List[str] = [self.failure_text()] if self.failure else []
+        if self.findings:
+            lines.append(f"{len(self.findings)} distributed pitfall{'s' * (len(self.findings) != 1)} found at runtime:")
+            lines += [f"  {finding}" for finding in self.findings]
+        return "\n".join(lines)

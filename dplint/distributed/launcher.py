@@ -1,0 +1,219 @@
+"""The launcher: host the store, start N ranks with torchrun's environment, watch them, report."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import pickle
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+from dplint.distributed import channel as keys
+from dplint.distributed.analysis import findings as analyse
+from dplint.distributed.errors import Finding, LaunchError, RankFailure
+
+DEFAULT_TIMEOUT = 30.0
+ACTIONS = ("raise", "warn")
+# A failed rank's peers get this long to notice (a closed connection, a peer that ended) before they are stopped.
+_GRACE = 5.0
+_POLL = 0.02
+
+
+def _validate(nprocs: Any, timeout: Any, checks: Iterable[str], action: str) -> List[str]:
+    from dplint.distributed.checks import ALL_CHECKS
+
+    if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
+        raise ValueError(f"nprocs must be a positive int, got {nprocs!r}")
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if action not in ACTIONS:
+        raise ValueError(f"action must be one of {ACTIONS}, got {action!r}")
+    chosen = list(checks)
+    unknown = sorted(set(chosen) - set(ALL_CHECKS))
+    if unknown:
+        raise ValueError(f"unknown checks {unknown}; choose from {list(ALL_CHECKS)}")
+    return chosen
+
+
+def rank_environment(rank: int, world_size: int, port: int) -> Dict[str, str]:
+    """The variables torchrun sets for one rank (one node), pointed at dplint's store; CUDA hidden."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "GROUP_RANK": "0",
+        "ROLE_RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "ROLE_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",  # every rank is a client of the launcher's store
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_RUN_ID": "dplint",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "CUDA_VISIBLE_DEVICES": "",  # scripts that test torch.cuda.is_available() take their CPU path
+    }
+
+
+@dataclass
+class Outcome:
+    failures: List[RankFailure]
+    states: Dict[int, str]
+    findings: List[Finding]
+    results: Dict[int, Any]
+
+    def error(self) -> Optional[LaunchError]:
+        if self.failures:
+            primary = min(self.failures, key=lambda f: (f.time, f.rank))  # the first to fail; the others follow from it
+            return LaunchError(primary, self.states, self.findings)
+        return LaunchError(None, self.states, self.findings) if self.findings else None
+
+
+class _Rank:
+    """A started rank's process."""
+
+    def __init__(self, process: Any) -> None:
+        self.process = process
+        self.stopped = False
+
+    def exit_code(self) -> Optional[int]:
+        return self.process.exitcode
+
+    def stop(self) -> None:
+        if self.process.exitcode is None:
+            self.stopped = True
+            self.process.kill()
+        self.process.join()
+
+
+def _store() -> Any:
+    from torch.distributed import TCPStore
+
+    return TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+
+
+def _supervise(store: Any, ranks: List[_Rank], timeout: float) -> Outcome:
+    world = len(ranks)
+    failed_at: Optional[float] = None
+    try:
+        while True:
+            codes = [rank.exit_code() for rank in ranks]
+            if all(code is not None for code in codes):
+                break
+            if failed_at is None and (
+                any(code not in (None, 0) for code in codes) or any(store.check([keys.error_key(r)]) for r in range(world))
+            ):
+                failed_at = time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > min(_GRACE, timeout):
+                break
+            time.sleep(_POLL)
+        states = {r: _state(store, r) for r in range(world)}
+    finally:
+        for rank in ranks:
+            rank.stop()
+    failures = []
+    for r, rank in enumerate(ranks):
+        text = keys.read_text(store, keys.error_key(r))
+        if text is not None:
+            failures.append(RankFailure(**json.loads(text)))
+        elif rank.stopped:
+            states[r] += " (dplint stopped it)"
+        elif rank.exit_code() not in (0, None) and keys.read_text(store, keys.done_key(r)) is None:
+            where = states[r]
+            failures.append(RankFailure(r, "exit", f"the process died with exit code {rank.exit_code()}", where, time=time.time()))
+    events = {r: keys.read_events(store, r) for r in range(world)}
+    results = {}
+    for r in range(world):
+        key = keys.result_key(r)
+        if store.check([key]):
+            results[r] = pickle.loads(store.get(key))
+    return Outcome(failures, states, analyse(events), results)
+
+
+def _state(store: Any, rank: int) -> str:
+    for key in (keys.done_key(rank), keys.state_key(rank)):
+        text = keys.read_text(store, key)
+        if text is not None:
+            return text
+    return "had not started its work"
+
+
+def launch(
+    fn: Callable[..., Any],
+    *args: Any,
+    nprocs: int = 2,
+    timeout: float = DEFAULT_TIMEOUT,
+    checks: Iterable[str] = (),
+    action: str = "raise",
+    kwargs: Optional[Dict[str, Any]] = None,
+) -> List[Any]:
+    """Run `fn(*args, **kwargs)` in `nprocs` processes joined in a gloo process group, with the checks on.
+
+    Returns every rank's result, in rank order. Raises LaunchError when a rank fails (saying which
+    rank, where, and what every other rank was doing) or, with `action="raise"`, when the checks
+    found pitfalls; with `action="warn"` findings are warnings instead. `timeout` (seconds) bounds
+    every wait on a peer: a collective, a barrier, the group's rendezvous. `checks` picks checks by
+    name (default: all of `dplint.distributed.ALL_CHECKS`). `fn` and its arguments must be
+    picklable (a module-level function), as with torch.multiprocessing.spawn.
+    """
+    from dplint.distributed.checks import ALL_CHECKS
+    from dplint.distributed.rank import run_function
+
+    chosen = _validate(nprocs, timeout, checks or ALL_CHECKS, action)
+    outcome = _run(run_function, (fn, args, kwargs or {}), nprocs, {"timeout": float(timeout), "checks": chosen})
+    _report(outcome, action)
+    return [outcome.results.get(r) for r in range(nprocs)]
+
+
+def _report(outcome: Outcome, action: str) -> None:
+    if outcome.failures or action == "raise":
+        error = outcome.error()
+        if error is not None:
+            raise error
+    for finding in outcome.findings:
+        warnings.warn(str(finding), RuntimeWarning, stacklevel=3)
+
+
+def _context() -> Any:
+    """A forkserver that has imported torch once: each rank starts in milliseconds instead of re-importing it."""
+    if sys.platform == "win32":
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["dplint.distributed.rank", "dplint.distributed.checks"])
+    return context
+
+
+def run_script(target: Sequence[str], nprocs: int, timeout: float = DEFAULT_TIMEOUT, checks: Iterable[str] = ()) -> Outcome:
+    """`dplint run`: run a script (or `-m` module) as `__main__` in each rank, as torchrun would."""
+    from dplint.distributed.checks import ALL_CHECKS
+    from dplint.distributed.rank import run_script as run_rank
+
+    chosen = _validate(nprocs, timeout, checks or ALL_CHECKS, "raise")
+    return _run(run_rank, (tuple(target),), nprocs, {"timeout": float(timeout), "checks": chosen})
+
+
+def _run(target: Callable[..., Any], arguments: tuple, nprocs: int, settings: Dict[str, Any]) -> Outcome:
+    context = _context()
+    store = _store()
+    started: List[_Rank] = []
+    try:
+        for r in range(nprocs):
+            process = context.Process(
+                target=target,
+                args=(rank_environment(r, nprocs, store.port), settings, *arguments),
+                name=f"dplint-rank-{r}",
+                daemon=True,
+            )
+            process.start()
+            started.append(_Rank(process))
+        return _supervise(store, started, float(settings["timeout"]))
+    finally:
+        for rank in started:
+            rank.stop()
+        del store

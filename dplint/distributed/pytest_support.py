@@ -1,0 +1,82 @@
+"""Run one pytest test body on N ranks: `@pytest.mark.dplint(ranks=2)` (the plugin routes such tests here).
+
+Fixtures are set up once, in the pytest process, and every rank gets a pickled copy of their values
+(`tmp_path` is then the same folder on every rank, as a shared filesystem is on one node); fixtures
+whose values cannot be pickled fail the test with a message naming them. Fixture teardown and
+`monkeypatch` changes happen in the pytest process only, not in the ranks.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Dict, Optional
+
+import pytest
+
+DEFAULT_RANKS = 2
+DEFAULT_TEST_TIMEOUT = 30.0
+MARKER_ARGUMENTS = ("ranks", "timeout", "checks", "action")
+
+
+def ranks_for(item: pytest.Item) -> Optional[int]:
+    """The ranks a test asks for (None: not a distributed test); `ranks=True` takes --dplint-ranks / dplint_ranks."""
+    marker = item.get_closest_marker("dplint")
+    if marker is None or "ranks" not in marker.kwargs:
+        return None
+    ranks = marker.kwargs["ranks"]
+    if ranks is True:
+        ranks = default_ranks(item.config)
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
+        raise pytest.UsageError(f"{item.nodeid}: dplint(ranks=...) must be a positive int or True, got {ranks!r}")
+    return ranks
+
+
+def default_ranks(config: pytest.Config) -> int:
+    value = config.getoption("dplint_ranks", None)
+    if value is None and config.getini("dplint_ranks"):
+        try:
+            value = int(config.getini("dplint_ranks"))
+        except ValueError:
+            raise pytest.UsageError(f"dplint_ranks must be an integer, got {config.getini('dplint_ranks')!r}") from None
+    if value is not None and value < 1:
+        raise pytest.UsageError(f"--dplint-ranks must be at least 1, got {value}")
+    return DEFAULT_RANKS if value is None else value
+
+
+def run_on_ranks(item: pytest.Function, ranks: int) -> bool:
+    from dplint.distributed import LaunchError, launch
+
+    __tracebackhide__ = True
+    options = item.get_closest_marker("dplint").kwargs  # type: ignore[union-attr]
+    unknown = sorted(set(options) - set(MARKER_ARGUMENTS) - {"devices"})
+    if unknown:
+        raise pytest.UsageError(f"{item.nodeid}: dplint marker got unknown arguments {unknown}")
+    arguments: Dict[str, Any] = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
+    unpicklable = [name for name, value in arguments.items() if not _picklable(value)]
+    if unpicklable:
+        pytest.fail(f"fixture{'s' * (len(unpicklable) > 1)} {', '.join(unpicklable)} cannot be sent to the ranks "
+                    "(not picklable); build such values inside the test", pytrace=False)  # fmt: skip
+    try:
+        launch(
+            item.obj,
+            nprocs=ranks,
+            timeout=options.get("timeout", DEFAULT_TEST_TIMEOUT),
+            checks=options.get("checks", ()),
+            action=options.get("action", "raise"),
+            kwargs=arguments,
+        )
+        return True
+    except LaunchError as error:
+        failed = error
+    details = ""
+    if failed.failure is not None and not failed.failure.code and failed.failure.traceback:
+        details = f"\n\nrank {failed.failure.rank}'s traceback:\n{failed.failure.traceback}"
+    pytest.fail(f"{failed}{details}", pytrace=False)
+
+
+def _picklable(value: Any) -> bool:
+    try:
+        pickle.dumps(value)
+    except Exception:  # noqa: BLE001 - any pickling failure means the value cannot travel
+        return False
+    return True

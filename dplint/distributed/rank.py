@@ -1,0 +1,126 @@
+"""One rank: connect to the launcher's store, install the checks, run the user's code, publish the outcome."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import runpy
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from typing import Any, Callable, Dict, Optional, Sequence
+
+def _where(error: BaseException) -> str:
+    from dplint.distributed.channel import _OWN_DIR, display_path
+
+    import torch
+
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    frames = traceback.extract_tb(error.__traceback__)
+    for frame in reversed(frames):
+        if not (frame.filename.startswith(torch_dir) or frame.filename.startswith(_OWN_DIR) or frame.filename.startswith("<")):
+            if os.path.basename(frame.filename) != "runpy.py":
+                return f"{display_path(frame.filename)}:{frame.lineno}"
+    return "<unknown>"
+
+
+def _publish_failure(channel: Any, error: BaseException) -> None:
+    from dplint.distributed.channel import error_key, state_key
+    from dplint.distributed.errors import DistributedPitfall, RankFailure
+
+    pitfall = error if isinstance(error, DistributedPitfall) else None
+    where = pitfall.where if pitfall else _where(error)
+    failure = RankFailure(
+        rank=channel.rank,
+        kind=type(error).__name__,
+        message=str(error).strip().splitlines()[0] if str(error).strip() else "",
+        where=where,
+        traceback="".join(traceback.format_exception(type(error), error, error.__traceback__)),
+        code=pitfall.code if pitfall else None,
+        time=time.time(),
+    )
+    if pitfall:
+        failure.message = str(pitfall)
+    channel.store.set(state_key(channel.rank), f"failed at {where}: {failure.kind}: {failure.message}")
+    channel.store.set(error_key(channel.rank), json.dumps(asdict(failure)))
+
+
+def _finish(channel: Any, checks_module: Any) -> None:
+    from dplint.distributed.channel import done_key
+
+    rank = checks_module._active
+    last = f" (its last collective: {rank.last_collective})" if rank and rank.last_collective else " without any collective"
+    channel.store.set(done_key(channel.rank), f"has finished its work{last}")
+
+
+def _connect(settings: Dict[str, Any]) -> Any:
+    from dplint.distributed.channel import Channel
+
+    return Channel(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        int(os.environ["RANK"]),
+        int(os.environ["WORLD_SIZE"]),
+        float(settings["timeout"]),
+    )
+
+
+def run_function(environment: Dict[str, str], settings: Dict[str, Any], fn: Callable[..., Any], args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
+    """The target of each process `launch` starts."""
+    os.environ.update(environment)
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from dplint.distributed import checks
+    from dplint.distributed.channel import result_key
+
+    channel = _connect(settings)
+    try:
+        checks.install(channel, set(settings["checks"]), group_ready=True)
+        dist.init_process_group("gloo", timeout=timedelta(seconds=float(settings["timeout"])))
+        result = fn(*args, **kwargs)
+        channel.store.set(result_key(channel.rank), pickle.dumps(result))
+    except BaseException as error:  # noqa: B902 - every failure is reported to the launcher, then the rank ends
+        _publish_failure(channel, error)
+        raise SystemExit(1) from None
+    else:
+        _finish(channel, checks)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Sequence[str]) -> None:
+    """A rank of `dplint run`: run the script (or `-m` module) as `__main__`, as python does under torchrun."""
+    os.environ.update(environment)
+    from dplint.distributed import checks
+
+    channel = _connect(settings)
+    status = 0
+    try:
+        checks.install(channel, set(settings["checks"]))
+        if target[0] == "-m":
+            sys.argv = [target[1], *target[2:]]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(target[1], run_name="__main__", alter_sys=True)
+        else:
+            script = os.path.abspath(target[0])
+            sys.argv = list(target)
+            sys.path[0] = os.path.dirname(script)  # the script's folder first: its sibling modules import
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as exit:
+        status = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+        if status:
+            _publish_failure(channel, SystemExit(f"the script exited with status {status}").with_traceback(exit.__traceback__))
+    except BaseException as error:  # noqa: B902 - every failure is reported to the launcher
+        traceback.print_exc()
+        _publish_failure(channel, error)
+        status = 1
+    if status == 0:
+        _finish(channel, checks)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    raise SystemExit(status)
