@@ -80,6 +80,19 @@ class Wrap:
 
 
 @dataclass(frozen=True)
+class AttributeWrap:
+    """`self.<attribute> = DataParallel(...)` (or DDP) in a method of `class_name`, at path:line, under
+    the branch conditions (source text, which branch) that lead there."""
+
+    class_name: str
+    attribute: str
+    wrapper: str
+    path: str
+    line: int
+    conditions: Tuple[Tuple[str, bool], ...] = ()
+
+
+@dataclass(frozen=True)
 class ClassInfo:
     name: str
     bases: Tuple[str, ...]
@@ -92,6 +105,7 @@ class FileFacts:
     imports: Tuple[str, ...] = ()
     classes: Tuple[ClassInfo, ...] = ()
     wraps: Tuple[Wrap, ...] = ()
+    attribute_wraps: Tuple[AttributeWrap, ...] = ()
 
     @property
     def imports_torch_directly(self) -> bool:
@@ -165,7 +179,7 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str) -> 
         return FileFacts(module_name, imports, classes)
     visitor = _WrapVisitor(path, module_name, package, {info.name for info in classes})
     visitor.visit(tree)
-    return FileFacts(module_name, imports, classes, tuple(visitor.wraps))
+    return FileFacts(module_name, imports, classes, tuple(visitor.wraps), scan_attribute_wraps(tree, text, visitor.qualify, path))
 
 
 _CLASS_OR_FORWARD = re.compile(
@@ -306,12 +320,64 @@ class _WrapVisitor(ast.NodeVisitor):
                     return
 
 
+# Wrappers whose `state_dict()` keys gain `module.` and that do not forward attribute reads (not FSDP).
+ATTRIBUTE_WRAPPERS = {
+    "torch.nn.DataParallel": "DataParallel",
+    "torch.nn.parallel.DataParallel": "DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel": "DataParallel",
+    "torch.nn.parallel.DistributedDataParallel": "DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel": "DistributedDataParallel",
+}
+
+
+def scan_attribute_wraps(tree: ast.AST, text: str, qualify, path: str) -> Tuple[AttributeWrap, ...]:
+    """`self.model = DataParallel(self.model)` in the methods of each class: a base trainer's wrap,
+    which its subclasses (possibly in other files) inherit."""
+    found: List[AttributeWrap] = []
+
+    def wrapper_of(value: ast.AST) -> Optional[str]:
+        while (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr in MODULE_RETURNING_METHODS
+        ):
+            value = value.func.value
+        return ATTRIBUTE_WRAPPERS.get(qualify(value.func) or "") if isinstance(value, ast.Call) else None
+
+    def walk(statements, class_name: str, self_name: str, conditions) -> None:
+        for statement in statements:
+            if isinstance(statement, ast.Assign):
+                wrapper = wrapper_of(statement.value)
+                for target in statement.targets if wrapper else ():
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == self_name:
+                        found.append(AttributeWrap(class_name, target.attr, wrapper, path, statement.lineno, conditions))
+            elif isinstance(statement, ast.If):
+                test = " ".join((ast.get_source_segment(text, statement.test) or "").split())
+                walk(statement.body, class_name, self_name, (*conditions, (test, True)))
+                walk(statement.orelse, class_name, self_name, (*conditions, (test, False)))
+            elif isinstance(statement, (ast.For, ast.While, ast.With, ast.Try)):
+                for block in (statement.body, getattr(statement, "orelse", []), getattr(statement, "finalbody", [])):
+                    walk(block, class_name, self_name, conditions)
+                for handler in getattr(statement, "handlers", []):
+                    walk(handler.body, class_name, self_name, conditions)
+
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for method in node.body:
+            if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.args.args:
+                walk(method.body, node.name, method.args.args[0].arg, ())
+    return tuple(found)
+
+
 @dataclass(frozen=True)
 class ProjectFacts:
     # Class whose `forward` runs under DataParallel → the wraps that run it.
     wrapped: Mapping[str, Tuple[Wrap, ...]] = field(default_factory=dict)
     # Project modules that import torch when imported (directly or through other project modules).
     torch_modules: FrozenSet[str] = frozenset()
+    # Class → its `self.<attr>` wraps, its own and those of its bases (by class name, across the project).
+    attribute_wraps: Mapping[str, Tuple[AttributeWrap, ...]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, files: Sequence[FileFacts]) -> "ProjectFacts":
@@ -327,6 +393,7 @@ class ProjectFacts:
         return cls(
             wrapped={name: tuple(wraps) for name, wraps in sorted(wrapped.items())},
             torch_modules=_torch_importers(files),
+            attribute_wraps=_inherited_attribute_wraps(files, classes),
         )
 
     def wraps_any(self, class_names: Iterable[str]) -> bool:
@@ -337,9 +404,22 @@ class ProjectFacts:
         """Whether `import module` imports torch (importing `a.b` runs `a/__init__.py` and `a/b.py`)."""
         return is_torch_module(module) or any(prefix in self.torch_modules for prefix in _prefixes(module))
 
+    def inherited_attribute_wraps(self, class_name: str) -> Dict[str, Tuple[AttributeWrap, ...]]:
+        """`self.<attr>` wraps a method of `class_name` may see: attribute → wraps (own and inherited)."""
+        found: Dict[str, Tuple[AttributeWrap, ...]] = {}
+        for wrap in self.attribute_wraps.get(class_name, ()):
+            found[wrap.attribute] = (*found.get(wrap.attribute, ()), wrap)
+        return found
+
     @cached_property
     def digest(self) -> str:
-        text = repr((sorted((k, v) for k, v in self.wrapped.items()), sorted(self.torch_modules)))
+        text = repr(
+            (
+                sorted((k, v) for k, v in self.wrapped.items()),
+                sorted(self.torch_modules),
+                sorted((k, v) for k, v in self.attribute_wraps.items()),
+            )
+        )
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
@@ -359,6 +439,33 @@ def _forward_owners(class_name: str, classes: Mapping[str, List[ClassInfo]]) -> 
         for info in infos:
             pending.extend(info.bases)
     return owners
+
+
+def _inherited_attribute_wraps(
+    files: Sequence[FileFacts], classes: Mapping[str, List[ClassInfo]]
+) -> Dict[str, Tuple[AttributeWrap, ...]]:
+    """Each class with the `self.<attr>` wraps made in it or in any of its bases."""
+    own: Dict[str, List[AttributeWrap]] = {}
+    for facts in files:
+        for wrap in facts.attribute_wraps:
+            own.setdefault(wrap.class_name, []).append(wrap)
+    if not own:
+        return {}
+    result: Dict[str, Tuple[AttributeWrap, ...]] = {}
+    for name in sorted(classes):
+        found: List[AttributeWrap] = []
+        pending, seen = [name], set()
+        while pending:
+            current = pending.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            found.extend(own.get(current, ()))
+            for info in classes.get(current, ()):
+                pending.extend(info.bases)
+        if found:
+            result[name] = tuple(found)
+    return result
 
 
 def _prefixes(module: str) -> Iterable[str]:
