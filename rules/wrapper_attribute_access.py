@@ -29,8 +29,8 @@ WRAPPER_ATTRIBUTES = frozenset(
     register_comm_hook require_backward_grad_sync require_forward_param_sync skip_all_reduce_unused_params
     static_graph to_kwargs use_side_stream_for_tensor_copies will_sync_module_buffers""".split()
 )
-# `x = nn.DataParallel(...)`, `self.model = DDP(...)`: a file without such a line has nothing to check.
-_WRAP_ASSIGNMENT = re.compile(r"^[ \t]*[\w.]+[ \t]*=[ \t]*[\w.]*(?:DataParallel|DDP)\(", re.M)
+# `x = nn.DataParallel(...)`, `self.model = DDP(...)` (also in a one-line suite): a file without one has nothing to check.
+_WRAP_ASSIGNMENT = re.compile(r"(?:^|[:;])[ \t]*[\w.]+[ \t]*=[ \t]*[\w.]*(?:DataParallel|DDP)\(", re.M)
 
 
 class WrapperAttributeAccess(Rule):
@@ -217,10 +217,10 @@ class WrapperAttributeAccess(Rule):
                 continue
             wrapper, where, unconditional = describe(wrapped[owner])
             if id(attribute) in targets:
-                message = f"`{owner}.{name} = …` sets it on the {wrapper} wrapper from {where}, not on the wrapped model."
+                message = f"`{owner}.{name} = …` sets it on the {wrapper} wrapper ({where}), not on the model."
             else:
-                holds = "holds" if unconditional else "may hold"
-                message = f"`{owner}` {holds} the {wrapper} wrapper from {where}, which has no `{name}`."
+                holds = "is" if unconditional else "may be"
+                message = f"`{owner}` {holds} the {wrapper} wrapper ({where}), which has no `{name}`."
             yield Report(
                 node=attribute,
                 message=message,

@@ -168,7 +168,8 @@ def scan_imports(text: str, package: str) -> Tuple[str, ...]:
 
 def collect_file_facts(text: str, module_name: str, package: str, path: str) -> FileFacts:
     imports = scan_imports(text, package)
-    if "DataParallel" not in text and "def forward" not in text:
+    # Classes are read wherever one may subclass a base trainer that wraps `self.<attr>` (`class X(Base):`).
+    if "DataParallel" not in text and "def forward" not in text and not _SUBCLASS.search(text):
         return FileFacts(module_name, imports)
     classes = scan_classes(text)
     if "DataParallel" not in text:
@@ -182,6 +183,7 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str) -> 
     return FileFacts(module_name, imports, classes, tuple(visitor.wraps), scan_attribute_wraps(tree, text, visitor.qualify, path))
 
 
+_SUBCLASS = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\([ \t]*[\w.]", re.M)
 _CLASS_OR_FORWARD = re.compile(
     r"^(?P<indent>[ \t]*)(?:class[ \t]+(?P<name>\w+)[ \t]*(?:\((?P<bases>[^)]*)\))?[ \t]*:|(?:async[ \t]+)?def[ \t]+forward\b)",
     re.M,

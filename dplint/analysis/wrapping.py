@@ -43,7 +43,7 @@ class WrapSite:
         if not self.conditions:
             return place
         text = " and ".join(test if holds else f"not ({test})" for test, holds in self.conditions)
-        return f"{place} if {_shorten(text)}"
+        return f"{place} if `{_shorten(text)}`"
 
     def possible_under(self, path: Iterable[Condition]) -> bool:
         """False when the current path took the opposite branch of a condition this wrap needed."""
@@ -129,8 +129,9 @@ class WrapFlow:
                 return None
             if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
                 continue
-            if isinstance(statement, cst.SimpleStatementLine):
-                for small in statement.body:
+            if isinstance(statement, (cst.SimpleStatementLine, cst.BaseSmallStatement)):
+                # A one-line suite (`if c: x = 1`) holds small statements directly.
+                for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else (statement,):
                     if state is None:
                         return None
                     yield Point(small, _possible(state, path), handled, path)
@@ -168,17 +169,17 @@ class WrapFlow:
         return state
 
     def _if(self, statement: cst.If, state, path, handled):
-        test = " ".join(self.ctx.code(statement.test).split())
+        test, holds = self._condition(statement.test)
         checked = handled_names(statement)  # the test, or a branch reaching `m.module`, tells the cases apart
         inner = handled | frozenset(checked)
-        after_body = yield from self._block(block_body(statement.body), dict(state), (*path, (test, True)), inner)
+        after_body = yield from self._block(block_body(statement.body), dict(state), (*path, (test, holds)), inner)
         orelse = statement.orelse
         if orelse is None:
             after_else = state
         elif isinstance(orelse, cst.If):
-            after_else = yield from self._if(orelse, dict(state), (*path, (test, False)), handled)
+            after_else = yield from self._if(orelse, dict(state), (*path, (test, not holds)), handled)
         else:
-            after_else = yield from self._block(block_body(orelse.body), dict(state), (*path, (test, False)), inner)
+            after_else = yield from self._block(block_body(orelse.body), dict(state), (*path, (test, not holds)), inner)
         merged = _join(after_body, after_else)
         if merged is not None:
             for name in checked:
@@ -186,6 +187,13 @@ class WrapFlow:
                 if name in merged and (name not in (after_body or {}) or name not in (after_else or {})):
                     del merged[name]
         return merged
+
+    def _condition(self, test: cst.BaseExpression) -> Condition:
+        """A test as (text, whether it holds): `not c` is `c` not holding."""
+        holds = True
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, holds = test.expression, not holds
+        return " ".join(self.ctx.code(test).split()), holds
 
     def _transfer(self, small: cst.BaseSmallStatement, state, path):
         if isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break)):
@@ -216,8 +224,8 @@ class WrapFlow:
         if isinstance(value, cst.IfExp):
             if {dotted(value.body), dotted(value.orelse)} & handled_names(value):
                 return frozenset()  # `m.module if hasattr(m, "module") else m`: the plain model either way
-            test = " ".join(self.ctx.code(value.test).split())
-            return self._sites(value.body, state, (*path, (test, True))) | self._sites(value.orelse, state, (*path, (test, False)))
+            test, holds = self._condition(value.test)
+            return self._sites(value.body, state, (*path, (test, holds))) | self._sites(value.orelse, state, (*path, (test, not holds)))
         name = dotted(value)
         return state.get(name, frozenset()) if name is not None else frozenset()
 
@@ -336,10 +344,16 @@ def _small_statements(body: Body) -> Iterable[cst.BaseSmallStatement]:
 
 
 def scope_points(ctx: FileContext) -> Iterator[Point]:
-    """The points of the module body and of every function in it; a method starts with its class's
-    `self.<attr>` wraps made in other methods, and those of its base classes (this file, or the project)."""
+    for points in scopes(ctx):
+        yield from points
+
+
+def scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
+    """The points of the module body and of every function in it, one iterable per scope; a method
+    starts with its class's `self.<attr>` wraps made in other methods, and those of its base classes
+    (this file, or the project)."""
     flow = WrapFlow(ctx)
-    yield from flow.points(ctx.module.body)
+    yield flow.points(ctx.module.body)
     classes = {s.name.value: s for s in _all_classes(ctx.module.body)}
     own: Dict[str, Dict[str, FrozenSet[WrapSite]]] = {}
 
@@ -362,7 +376,7 @@ def scope_points(ctx: FileContext) -> Iterator[Point]:
         found.update(own[name])
         return found
 
-    def walk(body: Body, cls: Optional[cst.ClassDef]) -> Iterator[Point]:
+    def walk(body: Body, cls: Optional[cst.ClassDef]) -> Iterator[Iterable[Point]]:
         for statement in body:
             if isinstance(statement, cst.ClassDef):
                 yield from walk(block_body(statement.body), statement)
@@ -373,7 +387,7 @@ def scope_points(ctx: FileContext) -> Iterator[Point]:
                     initial = method_initial_state(
                         wraps_of(cls.name.value), statement, self_name, attributes_wrapped_in(ctx, statement, self_name)
                     )
-                yield from flow.points(block_body(statement.body), initial)
+                yield flow.points(block_body(statement.body), initial)
                 yield from walk(block_body(statement.body), None)
             elif isinstance(statement, cst.BaseCompoundStatement):
                 for block in child_blocks(statement):
