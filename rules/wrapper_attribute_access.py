@@ -1,19 +1,14 @@
 from __future__ import annotations
 
 import re
-from typing import FrozenSet, Iterator, List, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Mapping, Sequence, Set, Tuple
 
 import libcst as cst
 
+from dplint.analysis.facts import ProjectFacts
+from dplint.analysis.names import dotted
+from dplint.analysis.wrapping import WrapSite, describe, handled_names, scope_points
 from dplint.context import FileContext
-from dplint.analysis.inference import WRAPPERS
-from dplint.analysis.names import (
-    Body,
-    child_blocks,
-    dotted,
-    iter_scope_bodies,
-    iter_small_statements,
-)
 from dplint.rule import Invalid, Report, Rule, Valid
 
 # What DataParallel and DistributedDataParallel have themselves: nn.Module's API and the wrappers' own
@@ -34,40 +29,47 @@ WRAPPER_ATTRIBUTES = frozenset(
     register_comm_hook require_backward_grad_sync require_forward_param_sync skip_all_reduce_unused_params
     static_graph to_kwargs use_side_stream_for_tensor_copies will_sync_module_buffers""".split()
 )
-# `x = nn.DataParallel(...)`, `self.model = DDP(...)`: a file without such a line has nothing to check.
-_WRAP_ASSIGNMENT = re.compile(r"^[ \t]*[\w.]+[ \t]*=[ \t]*[\w.]*(?:DataParallel|DDP)\(", re.M)
+# `x = nn.DataParallel(...)`, `self.model = DDP(...)` (also in a one-line suite): a file without one has nothing to check.
+_WRAP_ASSIGNMENT = re.compile(r"(?:^|[:;])[ \t]*[\w.]+[ \t]*=[ \t]*[\w.]*(?:DataParallel|DDP)\(", re.M)
 
 
 class WrapperAttributeAccess(Rule):
     """
     ## What it does
-    After `model = nn.DataParallel(model)` (or `DistributedDataParallel`), checks the same function
-    for reads of attributes the wrapper does not have (`model.fc`, `model.encode(x)`) and for
-    attribute assignments on it (`model.flag = True`). `nn.Module` methods and the wrappers' own
+    Checks for attributes read or set on a name that may hold a `DataParallel` or
+    `DistributedDataParallel` wrapper: `model.fc`, `model.encode(x)`, `model.flag = True` after
+    `model = nn.DataParallel(model)`. A wrap on some path counts (`if torch.cuda.device_count() > 1:`,
+    `if args.multi_gpu:`), as do wraps with `.cuda()`/`.to(device)` chained on them, and
+    `self.model = DataParallel(self.model)` in one method (or in a base trainer, also in another file
+    of the project) seen from the class's other methods. `nn.Module` methods and the wrappers' own
     attributes (`train`, `parameters`, `state_dict`, `to`, `device_ids`, `module`, `no_sync`, …) are
-    fine; code before the wrap, and code after a wrap that happens only in a branch, are not checked.
+    fine, and so is code that tells the cases apart: `hasattr(m, "module")`, `isinstance(m, ...)`,
+    `getattr(m, "module", m)`, `m.module if ... else m`, or the other branch of the wrap's condition.
 
     ## Why is this bad?
     The wrapper holds the model as `model.module`; it does not forward attribute lookups. Reading
-    `model.fc` raises `AttributeError` — often only on the multi-GPU machine, where the wrap happens.
-    Setting `model.flag = True` silently sets it on the wrapper: the wrapped model never sees it.
+    `model.fc` raises `AttributeError`, typically only on the multi-GPU machine where the wrap
+    happens. Setting `model.flag = True` silently sets it on the wrapper: the wrapped model never
+    sees it. (FSDP forwards attribute reads to the wrapped module and is not checked.)
 
     ## Example
     ```python
-    model = nn.DataParallel(model)
+    if torch.cuda.device_count() > 1:
+        model = nn.DataParallel(model)
     features = model.encode(images)
     model.use_dropout = False
     ```
 
     ## Use instead
     ```python
-    model = nn.DataParallel(model)
-    features = model.module.encode(images)  # note: bypasses DataParallel, runs on one GPU
-    model.module.use_dropout = False
+    inner = getattr(model, "module", model)  # the plain model, wrapped or not
+    features = inner.encode(images)  # note: bypasses DataParallel, runs on one GPU
+    inner.use_dropout = False
     ```
 
     ## Known problems
-    The wrap and the use must be in the same function. Names rebound after the wrap are forgotten.
+    A wrapper passed in as an argument, returned by a function, or stored in a container is not
+    followed. Base trainers are matched by class name.
     """
 
     code = "DPL302"
@@ -99,7 +101,34 @@ class WrapperAttributeAccess(Rule):
             import torch.nn as nn
             if torch.cuda.device_count() > 1:
                 model = nn.DataParallel(model)
-            features = model.encode(x)  # wrapped on some machines only: not reported
+            if isinstance(model, nn.DataParallel):
+                model = model.module
+            features = model.encode(x)  # unwrapped on the path where it was wrapped
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            if args.ngpu > 1:
+                model = nn.DataParallel(model)
+            encoder = model.module.encoder if hasattr(model, "module") else model.encoder
+            if args.ngpu == 1:
+                model.encoder.requires_grad_(False)  # the branch where it is not wrapped
+            getattr(model, "module", model).decoder.reset()
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+
+            class Trainer:
+                def __init__(self, net):
+                    self.net = nn.DataParallel(net)
+                    self.net = self.net.module  # unwrapped again
+
+                def evaluate(self, x):
+                    inner = self.net.module if hasattr(self.net, "module") else self.net
+                    return inner.embed(x)
             """
         ),
     ]
@@ -125,39 +154,56 @@ class WrapperAttributeAccess(Rule):
         ),
         Invalid(
             """
+            import torch
+            import torch.nn as nn
+            if torch.cuda.device_count() > 1:
+                model = nn.DataParallel(model).cuda()
+            features = model.encode(x)  # the multi-GPU run raises AttributeError
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
             import torch.nn as nn
 
             class Trainer:
-                def __init__(self, net):
-                    self.net = nn.DataParallel(net)
-                    self.optimizer = make_optimizer(self.net.backbone.parameters())
+                def __init__(self, net, args):
+                    self.net = net
+                    if args.multi_gpu:
+                        self.net = nn.DataParallel(self.net)
+
+                def evaluate(self, x):
+                    return self.net.embed(x)
             """,
-            line=6,
+            line=10,
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            class BaseTrainer:
+                def __init__(self, model):
+                    self.model = nn.DataParallel(model).to("cuda")
+
+            class GANTrainer(BaseTrainer):
+                def sample(self, z):
+                    return self.model.generator(z)
+            """,
+            line=9,
         ),
     ]
 
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        """A wrap assigned in this file, or a class of it inheriting a base trainer's `self.<attr>` wrap."""
+        return _WRAP_ASSIGNMENT.search(text) is not None or any(project.attribute_wraps.get(name) for name in module_classes)
+
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        for body in iter_scope_bodies(ctx.module):
-            yield from self._block(ctx, body, frozenset())
+        for point in scope_points(ctx):
+            wrapped = {name: sites for name, sites in point.wrapped.items() if name not in point.handled}
+            if wrapped:
+                yield from self._accesses(ctx, point.statement, wrapped)
 
-    def _block(self, ctx: FileContext, body: Body, wrapped: FrozenSet[str]) -> Iterator[Report]:
-        for statement in body:
-            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-                continue
-            if isinstance(statement, cst.SimpleStatementLine):
-                for small in statement.body:
-                    if wrapped:
-                        yield from self._accesses(ctx, small, wrapped)
-                    wrapped = _after(ctx, small, wrapped)
-                continue
-            if isinstance(statement, cst.BaseCompoundStatement):
-                # Wraps seen so far hold inside the block. After it, a wrap made inside may not have
-                # happened, and a name rebound inside may no longer be the wrapper: neither is known.
-                for block in child_blocks(statement):
-                    yield from self._block(ctx, block, wrapped)
-                wrapped = wrapped - _assigned_inside(statement)
-
-    def _accesses(self, ctx: FileContext, small: cst.BaseSmallStatement, wrapped: FrozenSet[str]) -> Iterator[Report]:
+    def _accesses(self, ctx: FileContext, small: cst.BaseSmallStatement, wrapped: Dict[str, FrozenSet[WrapSite]]) -> Iterator[Report]:
         targets = set()
         if isinstance(small, cst.Assign):
             targets = {id(t.target) for t in small.targets}
@@ -169,49 +215,36 @@ class WrapperAttributeAccess(Rule):
             name = attribute.attr.value
             if name in WRAPPER_ATTRIBUTES or name.startswith("_"):
                 continue
-            setting = id(attribute) in targets
+            wrapper, where, unconditional = describe(wrapped[owner])
+            if id(attribute) in targets:
+                message = f"`{owner}.{name} = …` sets it on the {wrapper} wrapper ({where}), not on the model."
+            else:
+                holds = "is" if unconditional else "may be"
+                message = f"`{owner}` {holds} the {wrapper} wrapper ({where}), which has no `{name}`."
             yield Report(
                 node=attribute,
-                message=(
-                    f"`{owner}` is a DataParallel/DDP wrapper here, which does not have `{name}`: "
-                    + (
-                        f"setting `{owner}.{name}` never reaches the wrapped model; set `{owner}.module.{name}`."
-                        if setting
-                        else f"`{owner}.{name}` raises AttributeError (typically only on the multi-GPU machine); use "
-                        f"`{owner}.module.{name}`."
-                    )
-                ),
-                help=f"Use `{owner}.module.{name}`.",
+                message=message,
+                help=f"Use `{owner}.module.{name}`, or `getattr({owner}, \"module\", {owner}).{name}` where the wrap is conditional.",
                 statement=small,
             )
 
 
 class _AttributeCollector(cst.CSTVisitor):
-    """`x.attr` where `x` (a name or `self.name`) is a wrapper, outermost attribute of each chain."""
+    """`x.attr` where `x` (a name or `self.name`) may be a wrapper, outermost attribute of each chain;
+    not inside a conditional expression that tells the cases apart (`m.module if ... else m`)."""
 
-    def __init__(self, wrapped: FrozenSet[str]) -> None:
+    def __init__(self, wrapped: Mapping[str, object]) -> None:
         self.wrapped = wrapped
+        self.skipped: List[Set[str]] = []
         self.found: List[Tuple[cst.Attribute, str]] = []
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self.skipped.append(handled_names(node))
+
+    def leave_IfExp(self, original_node: cst.IfExp) -> None:
+        self.skipped.pop()
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         owner = dotted(node.value)
-        if owner is not None and owner in self.wrapped:
+        if owner is not None and owner in self.wrapped and not any(owner in names for names in self.skipped):
             self.found.append((node, owner))
-
-
-def _after(ctx: FileContext, small: cst.BaseSmallStatement, wrapped: FrozenSet[str]) -> FrozenSet[str]:
-    """The wrapped names after an assignment statement."""
-    if not isinstance(small, cst.Assign):
-        return wrapped
-    names = {dotted(t.target) for t in small.targets} - {None}
-    is_wrap = isinstance(small.value, cst.Call) and ctx.qualify(small.value.func) in WRAPPERS
-    return frozenset(wrapped | names) if is_wrap else frozenset(wrapped - names)
-
-
-def _assigned_inside(statement: cst.BaseCompoundStatement) -> FrozenSet[str]:
-    names = set()
-    for small in iter_small_statements([statement], into_functions=False):
-        if isinstance(small, cst.Assign):
-            names.update(dotted(t.target) for t in small.targets)
-    names.discard(None)
-    return frozenset(names)

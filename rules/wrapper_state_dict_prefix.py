@@ -1,41 +1,55 @@
 from __future__ import annotations
 
 import re
-from typing import AbstractSet, Iterator, Optional, Sequence, Set
+from typing import AbstractSet, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from dplint.context import FileContext
 from dplint.analysis.facts import ProjectFacts
-from dplint.analysis.inference import WRAPPERS
-from dplint.analysis.names import Body, child_blocks, iter_calls, iter_scope_bodies
+from dplint.analysis.names import Body, child_blocks, dotted, iter_calls
+from dplint.analysis.wrapping import Point, WrapSite, describe, handled_names, scopes
+from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 
 PREFIX = "module."
+# A string naming the prefix to strip, spelt right or not (`"modules."` never matches a key).
+_PREFIX_LIKE = frozenset({"module.", "modules.", "module"})
+# Prefix strings common enough elsewhere that only a state dict's context makes them the prefix.
+_WEAK_PREFIXES = frozenset({"module"})
+_HAND_STRIPPING = re.compile(r"""["']modules?\.?["']|\[\s*7\s*:\s*\]""")
+# The context of a bare `k[7:]` that makes it the prefix's length: the keys of a state dict.
+_STATE_DICT_CONTEXT = re.compile(r"state|ckpt|checkpoint|weights|params|\.items\(\)|\.keys\(\)")
 
 
 class WrapperStateDictPrefix(Rule):
     """
     ## What it does
-    Checks for `torch.save(model.state_dict(), ...)` (also inside a dict) after `model` was
-    wrapped in `nn.DataParallel` or `DistributedDataParallel` in the same function, and for
-    hand-rolled stripping of the prefix with `key.replace("module.", "")`. At runtime (`pytest
-    --dplint`), `load_state_dict` whose keys differ from the model's only by the `module.` prefix
-    raises, also under `strict=False`.
+    Checks for `state_dict()` of a `DataParallel` or `DistributedDataParallel` wrapper passed to
+    `torch.save` or a save helper (`save_checkpoint(...)`), directly, inside a dict, or through a
+    variable. A wrap on some path counts (`if torch.cuda.device_count() > 1:`, `if args.multi_gpu:`),
+    as do wraps with `.cuda()`/`.to(device)` chained on them and `self.model = DataParallel(...)`
+    made in another method or a base trainer. Also checks for the `module.` prefix stripped by hand:
+    `k[7:]`, `k[len("module."):]`, `k.replace("module.", "")`, `k.split("module.", 1)[-1]`,
+    `k.lstrip("module.")`, in loops or dict comprehensions, and misspelt prefixes (`"modules."`).
+    At runtime (`pytest --dplint`), `load_state_dict` whose keys differ from the model's only by the
+    `module.` prefix is reported, also under `strict=False`.
 
     ## Why is this bad?
-    A wrapper's `state_dict()` keys all start with `module.`: a checkpoint saved from the wrapper
-    cannot be loaded into the plain model (`strict=True` raises "Missing key(s)"; `strict=False`
-    silently loads *nothing* and training restarts from random weights). When the wrap happens only
-    on multi-GPU machines (`if torch.cuda.device_count() > 1`), the checkpoints of the two setups are
-    incompatible. `key.replace("module.", "")` also rewrites keys that merely contain `module.`
-    (`backbone.submodule.weight` → `backbone.subweight`).
+    A wrapper's `state_dict()` keys all start with `module.`: the checkpoint does not load into the
+    plain model (`strict=True` raises "Missing key(s)"; `strict=False` silently loads nothing). When
+    the wrap happens only on multi-GPU machines, the checkpoints of the two setups differ. Stripping
+    by hand goes wrong in quiet ways: `replace` also rewrites keys that merely contain `module.`
+    (`backbone.submodule.weight` → `backbone.subweight`), `split` cuts at a `module.` further in,
+    `lstrip` strips characters rather than a prefix (`module.mlp.w` → `p.w`), `k[7:]` cuts every key
+    whether it has the prefix or not, and a misspelt prefix never matches. FSDP's `state_dict()`
+    keys carry no prefix (checked on torch 2.13), so FSDP is not reported.
 
     ## Example
     ```python
-    model = nn.DataParallel(model)
+    if torch.cuda.device_count() > 1:
+        model = nn.DataParallel(model)
     torch.save(model.state_dict(), "ckpt.pt")
-    state = {k.replace("module.", ""): v for k, v in torch.load("ckpt.pt").items()}
+    state = {k[7:]: v for k, v in torch.load("ckpt.pt").items()}
     ```
 
     ## Use instead
@@ -48,21 +62,24 @@ class WrapperStateDictPrefix(Rule):
     ```
 
     ## Known problems
-    The wrap and the save must be in the same function (or both at module level), and the save a
-    statement of its own; a save guarded by `hasattr(model, "module")` or `isinstance(model, ...)`
-    is taken as handled.
+    A wrapper passed in as an argument or returned by a function is not followed. A save whose
+    branch tells the cases apart (`hasattr(m, "module")`, `isinstance(m, ...)`, a branch reaching
+    `m.module`, the other branch of the wrap's own condition) is taken as handled.
     """
 
     code = "DPL303"
     name = "wrapper-state-dict-prefix"
     summary = "A state_dict saved from a DataParallel/DDP wrapper carries `module.` prefixes plain models cannot load."
-    triggers = re.compile(r"""\.replace\(\s*["']module\.["']""")
+    triggers = _HAND_STRIPPING
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
-        """The prefix stripped by hand, or a save of a `state_dict` in a file that wraps a model."""
+        """The prefix stripped by hand, a `state_dict` saved in a file that wraps a model, or a class
+        inheriting a base trainer's `self.<attr>` wrap."""
         if self.triggers.search(text):
             return True
-        return "state_dict" in text and "save(" in text and ("DataParallel" in text or "DDP" in text)
+        if "state_dict" not in text or "save" not in text:
+            return False
+        return "DataParallel" in text or "DDP" in text or any(project.attribute_wraps.get(name) for name in module_classes)
 
     VALID = [
         Valid(
@@ -79,9 +96,11 @@ class WrapperStateDictPrefix(Rule):
             import torch.nn as nn
             model = Net()
             torch.save(model.state_dict(), "before.pt")  # before the wrap
-            model = nn.DataParallel(model)
+            if args.ngpu > 1:
+                model = nn.DataParallel(model)
             state = model.module.state_dict() if hasattr(model, "module") else model.state_dict()
             torch.save(state, "after.pt")
+            torch.save(model.state_dict() if args.ngpu == 1 else model.module.state_dict(), "ckpt.pt")
             """
         ),
         Valid(
@@ -91,6 +110,21 @@ class WrapperStateDictPrefix(Rule):
             state = torch.load("ckpt.pt")
             consume_prefix_in_state_dict_if_present(state, "module.")
             name = title.replace("Module.", "")  # not the prefix
+            tail = line[7:]  # not a state dict's key
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            if args.distributed:
+                model = nn.parallel.DistributedDataParallel(model)
+            if args.distributed:
+                torch.save(model.module.state_dict(), "ckpt.pt")
+            else:
+                torch.save(model.state_dict(), "ckpt.pt")
+            best = copy.deepcopy(model.state_dict())  # kept in memory, loaded back into the wrapper
+            model.load_state_dict(best)
             """
         ),
     ]
@@ -102,7 +136,7 @@ class WrapperStateDictPrefix(Rule):
 
             def train(model):
                 if torch.cuda.device_count() > 1:
-                    model = nn.DataParallel(model)
+                    model = nn.DataParallel(model).cuda()
                 torch.save({"model": model.state_dict(), "epoch": 3}, "ckpt.pt")
             """,
             line=7,
@@ -112,9 +146,11 @@ class WrapperStateDictPrefix(Rule):
             import torch
             from torch.nn.parallel import DistributedDataParallel as DDP
             model = DDP(model, device_ids=[rank])
-            torch.save(model.state_dict(), f"rank{rank}.pt")
+            checkpoint = {"epoch": epoch}
+            checkpoint["model"] = model.state_dict()
+            torch.save(checkpoint, f"rank{rank}.pt")
             """,
-            line=4,
+            line=5,
         ),
         Invalid(
             """
@@ -124,107 +160,248 @@ class WrapperStateDictPrefix(Rule):
             """,
             line=3,
         ),
+        Invalid(
+            """
+            import torch
+            from collections import OrderedDict
+            state = torch.load("ckpt.pt")["state_dict"]
+            clean = OrderedDict((k[7:], v) for k, v in state.items())
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            class Trainer:
+                def __init__(self, net, args):
+                    self.net = net.cuda()
+                    if args.multi_gpu:
+                        self.net = nn.DataParallel(self.net)
+
+                def save(self, path):
+                    save_checkpoint({"state_dict": self.net.state_dict()}, path)
+            """,
+            line=10,
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        for body in iter_scope_bodies(ctx.module):
-            yield from self._saves(ctx, body)
-        if not self.triggers.search(ctx.source):
-            return
-        for call in iter_calls(ctx.module):
-            if _strips_prefix(call):
-                yield Report(
-                    node=call,
-                    message=(
-                        f'`{ctx.short_code(call)}` strips the DataParallel/DDP prefix by hand, which also rewrites keys '
-                        'that merely contain "module." (`backbone.submodule.weight` becomes `backbone.subweight`), '
-                        "and those weights are then silently not loaded under `strict=False`; use "
-                        '`consume_prefix_in_state_dict_if_present(state_dict, "module.")`.'
-                    ),
-                    help='Use `torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(state_dict, "module.")`.',
-                )
+        if any(wrap_text in ctx.source for wrap_text in ("DataParallel", "DDP", "self.")):
+            for points in scopes(ctx):
+                yield from self._saves(ctx, points)
+        if self.triggers.search(ctx.source):
+            yield from _hand_stripping(ctx, ctx.module.body, "")
 
-    def _saves(self, ctx: FileContext, body: Body) -> Iterator[Report]:
-        wrapped: Set[str] = set()
-        for statement in _flat(body):
-            if not isinstance(statement, cst.SimpleStatementLine):
-                continue
-            for small in statement.body:
-                call = small.value if isinstance(small, cst.Expr) else None  # `torch.save(...)` stands alone
-                if isinstance(call, cst.Call) and call.args and wrapped and ctx.qualify(call.func) == "torch.save":
-                    name = _saved_state_dict_of(call.args[0].value, wrapped)
-                    if name is not None:
-                        yield self._report(ctx, call, name, small)
-                if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
-                    if ctx.qualify(small.value.func) in WRAPPERS:
-                        wrapped.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
+    def _saves(self, ctx: FileContext, points: Iterable[Point]) -> Iterator[Report]:
+        # Variables holding a wrapper's state_dict (`state = {"model": model.state_dict()}`), until saved.
+        held: Dict[str, List[Tuple[cst.Call, str, FrozenSet[WrapSite], cst.CSTNode]]] = {}
+        for point in points:
+            small = point.statement
+            wrapped = {name: sites for name, sites in point.wrapped.items() if name not in point.handled}
+            for save in _save_calls(ctx, small):
+                for arg in save.args:
+                    for call, owner in _state_dict_calls(arg.value, wrapped):
+                        yield self._report(ctx, call, owner, wrapped[owner], small)
+                    for name in _names_in(arg.value):
+                        for call, owner, sites, statement in held.pop(name, ()):
+                            yield self._report(ctx, call, owner, sites, statement)
+            target = _assigned_name(small)
+            if target is not None and not _save_calls(ctx, small):
+                found = [(call, owner, wrapped[owner], small) for call, owner in _state_dict_calls(small.value, wrapped)]
+                if found:
+                    held.setdefault(target, []).extend(found)
+                elif isinstance(small, cst.Assign) and all(isinstance(t.target, cst.Name) for t in small.targets):
+                    held.pop(target, None)  # rebound to something else
 
     @staticmethod
-    def _report(ctx: FileContext, call: cst.Call, name: str, statement) -> Report:
+    def _report(ctx: FileContext, call: cst.Call, owner: str, sites: FrozenSet[WrapSite], statement) -> Report:
+        wrapper, where, unconditional = describe(sites)
+        saves = "saves" if unconditional else "may save"
+        message = f"`{owner}.state_dict()` {saves} `module.` keys: the {wrapper} wrap on {where}."
         return Report(
             node=call,
-            message=(
-                f"`{name}` is wrapped in DataParallel/DDP above, so `{name}.state_dict()` keys start with `module.`: the "
-                "checkpoint does not load into the plain model (strict loading raises; `strict=False` silently loads "
-                f"nothing), and differs between single- and multi-GPU runs; save `getattr({name}, \"module\", {name})"
-                ".state_dict()`."
-            ),
-            help=f'Save `getattr({name}, "module", {name}).state_dict()` (or `{name}.module.state_dict()`).',
+            message=message,
+            help=f'Save `getattr({owner}, "module", {owner}).state_dict()`, the plain model\'s keys.',
             statement=statement,
         )
 
 
-def _flat(body: Body) -> Iterator[cst.CSTNode]:
-    """Statements in source order, into if/for/while/with/try blocks, not into nested functions or
-    blocks guarded by `hasattr(x, "module")` / `isinstance(...)`."""
-    for statement in body:
-        yield statement
-        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or not isinstance(statement, cst.BaseCompoundStatement):
+def _save_calls(ctx: FileContext, small: cst.CSTNode) -> List[cst.Call]:
+    """`torch.save(...)` and calls of save helpers (`save_checkpoint(...)`, `utils.save_model(...)`)."""
+    calls = []
+    for call in iter_calls(small):
+        name = dotted(call.func)
+        if name is None:
             continue
-        if isinstance(statement, cst.If) and _checks_wrapping(statement.test):
-            continue
-        for block in child_blocks(statement):
-            yield from _flat(block)
+        last = name.rpartition(".")[2]
+        if ctx.qualify(call.func) == "torch.save" or ("save" in last.lower() and last != "save_pretrained"):
+            calls.append(call)
+    return calls
 
 
-def _checks_wrapping(test: cst.BaseExpression) -> bool:
-    return any(
-        isinstance(call.func, cst.Name) and call.func.value in ("hasattr", "isinstance") for call in iter_calls(test)
-    )
+class _StateDictCollector(cst.CSTVisitor):
+    """`x.state_dict()` where `x` may be a wrapper, not inside `m.module if ... else m`."""
+
+    def __init__(self, wrapped: Mapping[str, object]) -> None:
+        self.wrapped = wrapped
+        self.skipped: List[Set[str]] = []
+        self.found: List[Tuple[cst.Call, str]] = []
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self.skipped.append(handled_names(node))
+
+    def leave_IfExp(self, original_node: cst.IfExp) -> None:
+        self.skipped.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "state_dict":
+            owner = dotted(func.value)
+            if owner is not None and owner in self.wrapped and not any(owner in names for names in self.skipped):
+                self.found.append((node, owner))
 
 
-def _saved_state_dict_of(value: cst.BaseExpression, wrapped: AbstractSet[str]) -> Optional[str]:
-    """The wrapped name whose `.state_dict()` the saved object holds, outside wrap-checking branches."""
-    if isinstance(value, cst.IfExp):
-        return None if _checks_wrapping(value.test) else (_saved_state_dict_of(value.body, wrapped) or _saved_state_dict_of(value.orelse, wrapped))
-    if isinstance(value, cst.Dict):
-        for element in value.elements:
-            if isinstance(element, cst.DictElement):
-                found = _saved_state_dict_of(element.value, wrapped)
-                if found:
-                    return found
+def _state_dict_calls(node: Optional[cst.CSTNode], wrapped: Mapping[str, object]) -> List[Tuple[cst.Call, str]]:
+    if node is None or not wrapped:
+        return []
+    collector = _StateDictCollector(wrapped)
+    node.visit(collector)
+    return collector.found
+
+
+class _NameCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: Set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+
+def _names_in(node: cst.CSTNode) -> Set[str]:
+    collector = _NameCollector()
+    node.visit(collector)
+    return collector.names
+
+
+def _assigned_name(small: cst.BaseSmallStatement) -> Optional[str]:
+    """The variable an assignment stores into: `state = ...`, `ckpt["model"] = ...`, `ckpt.update(...)` no."""
+    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        target = small.targets[0].target
+    elif isinstance(small, (cst.AnnAssign, cst.AugAssign)) and small.value is not None:
+        target = small.target
+    else:
         return None
-    if (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value == "state_dict"
-        and isinstance(value.func.value, cst.Name)
-        and value.func.value.value in wrapped
-    ):
-        return value.func.value.value
+    while isinstance(target, cst.Subscript):
+        target = target.value
+    return target.value if isinstance(target, cst.Name) else None
+
+
+def _hand_stripping(ctx: FileContext, body: Body, context: str) -> Iterator[Report]:
+    """Stripping expressions in the statements of a body; `context` is the text of the enclosing
+    `if` tests and loop headers (a `k.startswith("module.")` guard, a `for k, v in state.items()`)."""
+    for statement in body:
+        if isinstance(statement, (cst.SimpleStatementLine, cst.BaseSmallStatement)):
+            for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else (statement,):
+                for node, problem in _strippings(ctx, small, context):
+                    yield Report(node=node, message=problem, help=_STRIP_HELP, statement=small)
+        elif isinstance(statement, cst.BaseCompoundStatement):
+            header = ""
+            if isinstance(statement, (cst.If, cst.While)):
+                header = ctx.code(statement.test)
+            elif isinstance(statement, cst.For):
+                header = ctx.code(statement.iter)
+            inner = "" if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) else f"{context} {header}"
+            for block in child_blocks(statement):
+                yield from _hand_stripping(ctx, block, inner)
+
+
+_STRIP_HELP = 'Use `consume_prefix_in_state_dict_if_present(state_dict, "module.")` from `torch.nn.modules.utils`.'
+
+
+def _strippings(ctx: FileContext, small: cst.CSTNode, context: str) -> Iterator[Tuple[cst.CSTNode, str]]:
+    collector = _StrippingCollector()
+    small.visit(collector)
+    text = f"{context} {ctx.code(small)}"
+    guarded = re.search(r"""startswith\(\s*["']module""", text) is not None
+    in_state_dict = guarded or _STATE_DICT_CONTEXT.search(text) is not None
+    for node, kind, prefix in collector.found:
+        code = ctx.short_code(node, 40)
+        if (prefix is None or prefix in _WEAK_PREFIXES) and not in_state_dict:
+            continue  # `line[7:]`, `name.replace("module", "")` outside a state dict's keys
+        if prefix not in ("module.", None):
+            yield node, f'`{code}` does not strip the wrapper\'s prefix, which is `"module."`, not `"{prefix}"`.'
+        elif kind == "slice":
+            if guarded:
+                yield node, f"`{code}` strips the `module.` prefix by hand."
+            else:
+                yield node, f"`{code}` cuts 7 characters off every key, with or without the `module.` prefix."
+        elif kind == "replace":
+            yield node, f"`{code}` also rewrites keys that contain `module.` further in (`submodule.`)."
+        elif kind == "split":
+            yield node, f"`{code}` also cuts keys at a `module.` further in (`submodule.`)."
+        elif kind == "lstrip":
+            yield node, f"`{code}` strips the characters of `module.`, not the prefix (`module.mlp.w` → `p.w`)."
+
+
+def _prefix_string(node: cst.BaseExpression) -> Optional[str]:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        if isinstance(value, str) and value in _PREFIX_LIKE:
+            return value
     return None
 
 
-def _strips_prefix(call: cst.Call) -> bool:
-    if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "replace" and len(call.args) >= 2):
-        return False
-    old, new = call.args[0].value, call.args[1].value
-    return (
-        isinstance(old, cst.SimpleString)
-        and old.evaluated_value == PREFIX
-        and isinstance(new, cst.SimpleString)
-        and new.evaluated_value == ""
-    )
+class _StrippingCollector(cst.CSTVisitor):
+    """(node, kind, prefix string or None for a bare `[7:]`) for each way of stripping the prefix."""
+
+    def __init__(self) -> None:
+        self.found: List[Tuple[cst.CSTNode, str, Optional[str]]] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and node.args):
+            return
+        prefix = _prefix_string(node.args[0].value)
+        if prefix is None:
+            return
+        method = func.attr.value
+        if method == "replace" and len(node.args) >= 2:
+            new = node.args[1].value
+            if isinstance(new, cst.SimpleString) and new.evaluated_value == "":
+                self.found.append((node, "replace", prefix))
+        elif method in ("lstrip", "removeprefix") and len(node.args) == 1:
+            if method == "lstrip" or prefix != "module.":
+                self.found.append((node, method if method == "lstrip" else "replace", prefix))
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if len(node.slice) != 1:
+            return
+        element = node.slice[0].slice
+        value = node.value
+        if isinstance(element, cst.Index) and isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            if value.func.attr.value == "split" and value.args:
+                prefix = _prefix_string(value.args[0].value)
+                if prefix is not None and _int_value(element.value) in (-1, 1):
+                    self.found.append((node, "split", prefix))
+            return
+        if not isinstance(element, cst.Slice) or element.upper is not None or element.step is not None:
+            return
+        lower = element.lower
+        if _int_value(lower) == 7:
+            self.found.append((node, "slice", None))
+        elif isinstance(lower, cst.Call) and dotted(lower.func) == "len" and lower.args:
+            prefix = _prefix_string(lower.args[0].value)
+            if prefix is not None:
+                self.found.append((node, "slice", prefix))
+
+
+def _int_value(node: Optional[cst.BaseExpression]) -> Optional[int]:
+    if isinstance(node, cst.Integer):
+        return int(node.value)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and isinstance(node.expression, cst.Integer):
+        return -int(node.expression.value)
+    return None
 
 
 def prefix_mismatch(expected: AbstractSet[str], given: AbstractSet[str]) -> Optional[str]:

@@ -476,3 +476,284 @@ DPL302_CASES = {
 @pytest.mark.parametrize("source, expected", DPL302_CASES.values(), ids=DPL302_CASES.keys())
 def test_wrapper_attribute_access(source, expected):
     assert findings(source, ["DPL302"]) == expected
+
+
+DPL302_MAY_BE_WRAPPED_CASES = {
+    "a wrap under a device-count condition counts, and the message names its line and condition": (
+        """
+        import torch
+        import torch.nn as nn
+        model = Net()
+        if torch.cuda.device_count() > 1:
+            model = nn.DataParallel(model)
+        model.encode(x)
+        """,
+        [(6, "DPL302")],
+    ),
+    "a wrap with .cuda() or .to(device) chained on it is still the wrapper": (
+        """
+        import torch.nn as nn
+        a = nn.DataParallel(net_a).cuda()
+        b = nn.DataParallel(net_b, device_ids=[0, 1]).to(device)
+        a.encode(x)
+        b.decode(x)
+        """,
+        [(4, "DPL302"), (5, "DPL302")],
+    ),
+    "an assignment after the merge forgets the wrap": (
+        """
+        import torch.nn as nn
+        if args.multi_gpu:
+            model = nn.DataParallel(model)
+        model = build()
+        model.encode(x)
+        """,
+        [],
+    ),
+    "the opposite branch of the wrap's condition cannot hold the wrapper": (
+        """
+        import torch.nn as nn
+        if args.ngpu > 1:
+            model = nn.DataParallel(model)
+        if args.ngpu > 1:
+            head = model.module.head
+        else:
+            head = model.head
+        if args.ngpu == 1:
+            model.freeze()
+        if not args.ngpu > 1:
+            model.freeze()
+        """,
+        [],
+    ),
+    "hasattr, isinstance and getattr tell the cases apart": (
+        """
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel
+        if distributed:
+            model = DistributedDataParallel(model)
+        if isinstance(model, (nn.DataParallel, DistributedDataParallel)):
+            model.module.encode(x)
+        else:
+            model.encode(x)
+        if hasattr(model, "module"):
+            model.module.flag = True
+        else:
+            model.flag = True
+        getattr(model, "module", model).encode(x)
+        (model.module if distributed else model).encode(x)
+        inner = model.module if distributed else model
+        inner.encode(x)
+        """,
+        [],
+    ),
+    "code after return is unreachable; a wrap in another function does not leak": (
+        """
+        import torch.nn as nn
+        def build(model):
+            model = nn.DataParallel(model)
+            return model
+            model.encode(x)
+        def use(model):
+            model.encode(x)
+        """,
+        [],
+    ),
+    "self.model wrapped in __init__ is the wrapper in other methods, not before the wrap": (
+        """
+        import torch.nn as nn
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.model.freeze_backbone()
+                self.model = nn.DataParallel(self.model).cuda()
+
+            def step(self, x):
+                return self.model.compute_loss(x)
+
+            def export(self):
+                self.model = self.model.module
+                return self.model.encoder
+        """,
+        [(9, "DPL302")],
+    ),
+    "a subclass in the same file inherits the base trainer's wrap": (
+        """
+        import torch.nn as nn
+        class Base:
+            def __init__(self, net, args):
+                self.net = net
+                if args.gpus > 1:
+                    self.net = nn.DataParallel(self.net)
+
+        class Sub(Base):
+            def evaluate(self, x):
+                return self.net.embed(x)
+        """,
+        [(10, "DPL302")],
+    ),
+    "an unrelated class with the same attribute is not the wrapper": (
+        """
+        import torch.nn as nn
+        class Base:
+            def __init__(self, net):
+                self.net = nn.DataParallel(net)
+
+        class Other:
+            def evaluate(self, x):
+                return self.net.embed(x)
+        """,
+        [],
+    ),
+    "FSDP forwards attribute reads": (
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = FSDP(model)
+        model.encode(x)
+        """,
+        [],
+    ),
+    "one-line suites and a wrap in a loop": (
+        """
+        import torch.nn as nn
+        if args.multi_gpu: model = nn.DataParallel(model)
+        for _ in range(1): net = nn.DataParallel(net)
+        model.encode(x); net.encode(x)
+        """,
+        [(4, "DPL302"), (4, "DPL302")],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", DPL302_MAY_BE_WRAPPED_CASES.values(), ids=DPL302_MAY_BE_WRAPPED_CASES.keys())
+def test_wrapper_attribute_access_on_some_path(source, expected):
+    assert findings(source, ["DPL302"]) == expected
+
+
+def test_wrapper_attribute_message_names_the_wrap_line_and_condition():
+    source = """
+    import torch
+    import torch.nn as nn
+    if torch.cuda.device_count() > 1:
+        model = nn.DataParallel(model)
+    model.encode(x)
+    """
+    [finding] = lint_source(textwrap.dedent(source).lstrip("\n"), "case.py", select=["DPL302"])
+    assert finding.message == (
+        "`model` may be the DataParallel wrapper (line 4 if `torch.cuda.device_count() > 1`), which has no `encode`."
+    )
+
+
+DPL303_CASES = {
+    "the state_dict call is reported, not torch.save, also through a variable and a dict": (
+        """
+        import torch
+        import torch.nn as nn
+        model = nn.DataParallel(model).cuda()
+        torch.save(
+            model.state_dict(),
+            "a.pt",
+        )
+        state = {"net": model.state_dict(), "epoch": 3}
+        torch.save(state, "b.pt")
+        """,
+        [(5, "DPL303"), (8, "DPL303")],
+    ),
+    "a state_dict kept in memory is not a checkpoint": (
+        """
+        import copy
+        import torch.nn as nn
+        model = nn.DataParallel(model)
+        best = copy.deepcopy(model.state_dict())
+        model.load_state_dict(best)
+        """,
+        [],
+    ),
+    "the save on the branch that matches the wrap's condition is handled": (
+        """
+        import torch
+        import torch.nn as nn
+        if ngpu > 1:
+            model = nn.DataParallel(model)
+        torch.save(model.state_dict() if ngpu == 1 else model.module.state_dict(), "a.pt")
+        if ngpu == 1:
+            torch.save(model.state_dict(), "b.pt")
+        if hasattr(model, "module"):
+            torch.save(model.module.state_dict(), "c.pt")
+        else:
+            torch.save(model.state_dict(), "c.pt")
+        """,
+        [],
+    ),
+    "a save helper of a base trainer whose wrap is in __init__": (
+        """
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        class Trainer:
+            def __init__(self, model, distributed):
+                self.model = model
+                if distributed:
+                    self.model = DDP(self.model, device_ids=[0])
+
+            def checkpoint(self, path):
+                self.save_checkpoint({"model": self.model.state_dict()}, path)
+        """,
+        [(10, "DPL303")],
+    ),
+    "FSDP keys carry no prefix": (
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = FSDP(model)
+        torch.save(model.state_dict(), "a.pt")
+        """,
+        [],
+    ),
+    "every common way of stripping the prefix by hand": (
+        """
+        import torch
+        from collections import OrderedDict
+        state = torch.load("ckpt.pt")["state_dict"]
+        a = {k[7:]: v for k, v in state.items()}
+        b = {k[len("module."):]: v for k, v in state.items()}
+        c = OrderedDict((k.split("module.", 1)[-1], v) for k, v in state.items())
+        d = {k.lstrip("module."): v for k, v in state.items()}
+        new_state = OrderedDict()
+        for k, v in state.items():
+            if k.startswith("module."):
+                k = k[7:]
+            new_state[k] = v
+        e = {k.replace("modules.", ""): v for k, v in state.items()}
+        """,
+        [(4, "DPL303"), (5, "DPL303"), (6, "DPL303"), (7, "DPL303"), (11, "DPL303"), (13, "DPL303")],
+    ),
+    "slices and replacements outside a state dict's keys are not stripping": (
+        """
+        header = line[7:]
+        title = name.replace("module", "")
+        clean = state.removeprefix("module.")
+        """,
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", DPL303_CASES.values(), ids=DPL303_CASES.keys())
+def test_wrapper_state_dict_prefix(source, expected):
+    assert findings(source, ["DPL303"]) == expected
+
+
+def test_state_dict_message_says_only_what_the_path_shows():
+    source = """
+    import torch
+    import torch.nn as nn
+    if args.multi_gpu:
+        model = nn.DataParallel(model)
+    torch.save(model.state_dict(), "a.pt")
+    net = nn.DataParallel(net)
+    torch.save(net.state_dict(), "b.pt")
+    """
+    first, second = lint_source(textwrap.dedent(source).lstrip("\n"), "case.py", select=["DPL303"])
+    assert first.message == "`model.state_dict()` may save `module.` keys: the DataParallel wrap on line 4 if `args.multi_gpu`."
+    assert second.message == "`net.state_dict()` saves `module.` keys: the DataParallel wrap on line 6."
+    assert (first.location.row, first.location.column) == (5, 12)

@@ -82,6 +82,19 @@ class Wrap:
 
 
 @dataclass(frozen=True)
+class AttributeWrap:
+    """`self.<attribute> = DataParallel(...)` (or DDP) in a method of `class_name`, at path:line, under
+    the branch conditions (source text, which branch) that lead there."""
+
+    class_name: str
+    attribute: str
+    wrapper: str
+    path: str
+    line: int
+    conditions: Tuple[Tuple[str, bool], ...] = ()
+
+
+@dataclass(frozen=True)
 class ClassInfo:
     name: str
     bases: Tuple[str, ...]
@@ -99,6 +112,7 @@ class FileFacts:
     # each with the project calls that must return a tensor for it to hold.
     tensor_values: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
     distributed: Optional["DistributedFileFacts"] = None
+    attribute_wraps: Tuple[AttributeWrap, ...] = ()
 
     @property
     def imports_torch_directly(self) -> bool:
@@ -164,7 +178,8 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str) -> 
     imports = scan_imports(text, package)
     tensor_values = scan_tensor_values(text, module_name, package)
     distributed = scan_distributed(text)
-    if "DataParallel" not in text and "def forward" not in text:
+    # Classes are read wherever one may subclass a base trainer that wraps `self.<attr>` (`class X(Base):`).
+    if "DataParallel" not in text and "def forward" not in text and not _SUBCLASS.search(text):
         return FileFacts(module_name, filename, imports, tensor_values=tensor_values, distributed=distributed)
     classes = scan_classes(text)
     if "DataParallel" not in text:
@@ -175,8 +190,8 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str) -> 
         return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values, distributed=distributed)
     visitor = _WrapVisitor(path, filename, module_name, package, {info.name for info in classes})
     visitor.visit(tree)
-    return FileFacts(module_name, filename, imports, classes, tuple(visitor.wraps), tensor_values, distributed)
-
+    attribute_wraps = scan_attribute_wraps(tree, text, visitor.qualify, path)
+    return FileFacts(module_name, filename, imports, classes, tuple(visitor.wraps), tensor_values, distributed, attribute_wraps)
 
 _TOP_LEVEL_DEF = re.compile(r"^def[ \t]+(\w+)[ \t]*\(", re.M)
 _TOP_LEVEL_CALL_ASSIGNMENT = re.compile(r"^(\w+)[ \t]*=[ \t]*([A-Za-z_][\w.]*[ \t]*\(.*)$", re.M)
@@ -341,7 +356,7 @@ class _TensorEvidence:
             target = f"{self.module_name}.{head}"
         return f"{target}.{rest}" if rest else target
 
-
+_SUBCLASS = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\([ \t]*[\w.]", re.M)
 _CLASS_OR_FORWARD = re.compile(
     r"^(?P<indent>[ \t]*)(?:class[ \t]+(?P<name>\w+)[ \t]*(?:\((?P<bases>[^)]*)\))?[ \t]*:|(?:async[ \t]+)?def[ \t]+forward\b)",
     re.M,
@@ -481,6 +496,56 @@ class _WrapVisitor(ast.NodeVisitor):
                     return
 
 
+# Wrappers whose `state_dict()` keys gain `module.` and that do not forward attribute reads (not FSDP).
+ATTRIBUTE_WRAPPERS = {
+    "torch.nn.DataParallel": "DataParallel",
+    "torch.nn.parallel.DataParallel": "DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel": "DataParallel",
+    "torch.nn.parallel.DistributedDataParallel": "DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel": "DistributedDataParallel",
+}
+
+
+def scan_attribute_wraps(tree: ast.AST, text: str, qualify, path: str) -> Tuple[AttributeWrap, ...]:
+    """`self.model = DataParallel(self.model)` in the methods of each class: a base trainer's wrap,
+    which its subclasses (possibly in other files) inherit."""
+    found: List[AttributeWrap] = []
+
+    def wrapper_of(value: ast.AST) -> Optional[str]:
+        while (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr in MODULE_RETURNING_METHODS
+        ):
+            value = value.func.value
+        return ATTRIBUTE_WRAPPERS.get(qualify(value.func) or "") if isinstance(value, ast.Call) else None
+
+    def walk(statements, class_name: str, self_name: str, conditions) -> None:
+        for statement in statements:
+            if isinstance(statement, ast.Assign):
+                wrapper = wrapper_of(statement.value)
+                for target in statement.targets if wrapper else ():
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == self_name:
+                        found.append(AttributeWrap(class_name, target.attr, wrapper, path, statement.lineno, conditions))
+            elif isinstance(statement, ast.If):
+                test = " ".join((ast.get_source_segment(text, statement.test) or "").split())
+                walk(statement.body, class_name, self_name, (*conditions, (test, True)))
+                walk(statement.orelse, class_name, self_name, (*conditions, (test, False)))
+            elif isinstance(statement, (ast.For, ast.While, ast.With, ast.Try)):
+                for block in (statement.body, getattr(statement, "orelse", []), getattr(statement, "finalbody", [])):
+                    walk(block, class_name, self_name, conditions)
+                for handler in getattr(statement, "handlers", []):
+                    walk(handler.body, class_name, self_name, conditions)
+
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for method in node.body:
+            if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.args.args:
+                walk(method.body, node.name, method.args.args[0].arg, ())
+    return tuple(found)
+
+
 class ProjectFacts:
     """What the whole project says, for the rules of any one file.
 
@@ -507,12 +572,13 @@ class ProjectFacts:
         self.tensor_values: FrozenSet[str] = _tensor_values(files)
         # What the DDP/torchrun rules (DPL5xx) need to know about the programs that start a process group.
         self.distributed = distributed_project(files)
+        # Class → its `self.<attr>` wraps, its own and those of its bases (by class name, across the project).
+        self.attribute_wraps: Mapping[str, Tuple[AttributeWrap, ...]] = _inherited_attribute_wraps(files, classes)
         self._imports_torch: Dict[str, bool] = {}
 
     @classmethod
     def build(cls, files: Sequence[FileFacts], root: Optional[str] = None) -> "ProjectFacts":
         return cls(files, root)
-
     def wraps_any(self, class_names: Iterable[str]) -> bool:
         """Whether DataParallel runs the `forward` of any of these classes (by name: a cheap prefilter)."""
         return any(name in self.wrapped for name in class_names)
@@ -558,6 +624,13 @@ class ProjectFacts:
     @cached_property
     def _tensor_values_by_last_name(self) -> Mapping[str, Tuple[str, ...]]:
         return _by_last_name(self.tensor_values)
+
+    def inherited_attribute_wraps(self, class_name: str) -> Dict[str, Tuple[AttributeWrap, ...]]:
+        """`self.<attr>` wraps a method of `class_name` may see: attribute → wraps (own and inherited)."""
+        found: Dict[str, Tuple[AttributeWrap, ...]] = {}
+        for wrap in self.attribute_wraps.get(class_name, ()):
+            found[wrap.attribute] = (*found.get(wrap.attribute, ()), wrap)
+        return found
 
     @cached_property
     def digest(self) -> str:
@@ -624,6 +697,33 @@ def _forward_owners(class_name: str, classes: Mapping[str, List[ClassInfo]]) -> 
         for info in infos:
             pending.extend(info.bases)
     return owners
+
+
+def _inherited_attribute_wraps(
+    files: Sequence[FileFacts], classes: Mapping[str, List[ClassInfo]]
+) -> Dict[str, Tuple[AttributeWrap, ...]]:
+    """Each class with the `self.<attr>` wraps made in it or in any of its bases."""
+    own: Dict[str, List[AttributeWrap]] = {}
+    for facts in files:
+        for wrap in facts.attribute_wraps:
+            own.setdefault(wrap.class_name, []).append(wrap)
+    if not own:
+        return {}
+    result: Dict[str, Tuple[AttributeWrap, ...]] = {}
+    for name in sorted(classes):
+        found: List[AttributeWrap] = []
+        pending, seen = [name], set()
+        while pending:
+            current = pending.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            found.extend(own.get(current, ()))
+            for info in classes.get(current, ()):
+                pending.extend(info.bases)
+        if found:
+            result[name] = tuple(found)
+    return result
 
 
 def _prefixes(module: str) -> Iterable[str]:

@@ -1,0 +1,406 @@
+"""Which names may hold a DataParallel/DDP wrapper at each statement of a function.
+
+A wrap on some path is a wrap: `if torch.cuda.device_count() > 1: model = nn.DataParallel(model)` is
+exactly the multi-GPU run where the wrapper's pitfalls show. The walk follows the function's blocks in
+order, joins branches at their merge, and remembers under which branch condition each wrap happened,
+so a use on the opposite branch of the same condition (`if ngpu == 1: ... else: ...`) is not counted.
+Code that already handles both cases (`hasattr(m, "module")`, `isinstance(m, DataParallel)`, a branch
+that reaches `m.module`) is marked as handled for that name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, Generator, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
+
+import libcst as cst
+
+from dplint.analysis.facts import ATTRIBUTE_WRAPPERS, MODULE_RETURNING_METHODS
+from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_small_statements
+from dplint.context import FileContext
+
+# FSDP is not among them: its `state_dict()` keys are the inner module's (checked on torch 2.13), and
+# its `__getattr__` forwards to the wrapped module.
+WRAPPER_CLASSES = ATTRIBUTE_WRAPPERS
+
+# A branch condition on the path: its source text and which branch (True: the `if` body).
+Condition = Tuple[str, bool]
+
+
+@dataclass(frozen=True)
+class WrapSite:
+    """A wrap into a name, at `path:line`, under the branch conditions that led there."""
+
+    wrapper: str
+    line: int
+    conditions: Tuple[Condition, ...] = ()
+    path: str = ""  # set when the wrap is in another file
+
+    def where(self) -> str:
+        """`line 12 if args.multi_gpu`, for the message: which line wraps, and when."""
+        place = f"{self.path}:{self.line}" if self.path else f"line {self.line}"
+        if not self.conditions:
+            return place
+        text = " and ".join(test if holds else f"not ({test})" for test, holds in self.conditions)
+        return f"{place} if `{_shorten(text)}`"
+
+    def possible_under(self, path: Iterable[Condition]) -> bool:
+        """False when the current path took the opposite branch of a condition this wrap needed."""
+        return not any(_excludes(needed, taken) for needed in self.conditions for taken in path)
+
+
+State = Mapping[str, FrozenSet[WrapSite]]
+
+
+@dataclass(frozen=True)
+class Point:
+    """A small statement, the wraps that may reach it, and the names whose wrapping the code handles there."""
+
+    statement: cst.BaseSmallStatement
+    wrapped: Dict[str, FrozenSet[WrapSite]]
+    handled: FrozenSet[str]
+    path: Tuple[Condition, ...] = ()
+
+
+def wrap_call(ctx: FileContext, value: cst.BaseExpression) -> Optional[str]:
+    """The wrapper class `value` builds (through `.cuda()`, `.to(device)` chained on it), else None."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in MODULE_RETURNING_METHODS
+    ):
+        value = value.func.value
+    if isinstance(value, cst.Call):
+        return WRAPPER_CLASSES.get(ctx.qualify(value.func) or "")
+    return None
+
+
+def describe(sites: FrozenSet[WrapSite]) -> Tuple[str, str, bool]:
+    """For a message: the wrapper's name, where the first wrap is, and whether it happens on every path."""
+    wrappers = {site.wrapper for site in sites}
+    first = min(sites, key=lambda site: (site.path, site.line))
+    wrapper = wrappers.pop() if len(wrappers) == 1 else "DataParallel/DDP"
+    return wrapper, first.where(), all(not site.conditions for site in sites)
+
+
+def handled_names(node: cst.CSTNode) -> Set[str]:
+    """Names whose wrapped and unwrapped cases `node` tells apart: `hasattr(m, "module")`,
+    `isinstance(m, ...)`, `getattr(m, "module", ...)`, or a read of `m.module`."""
+    finder = _HandledFinder()
+    node.visit(finder)
+    return finder.names
+
+
+class _HandledFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: Set[str] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value in ("hasattr", "isinstance", "getattr") and node.args:
+            name = dotted(node.args[0].value)
+            if name is not None:
+                self.names.add(name)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "module":
+            name = dotted(node.value)
+            if name is not None:
+                self.names.add(name)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+
+class WrapFlow:
+    """Walks one function (or the module) body and yields a `Point` per reachable small statement."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+
+    def points(self, body: Body, initial: Optional[State] = None) -> Iterable[Point]:
+        yield from self._block(body, dict(initial or {}), (), frozenset())
+
+    def _block(
+        self, body: Body, state: Optional[Dict[str, FrozenSet[WrapSite]]], path: Tuple[Condition, ...], handled: FrozenSet[str]
+    ) -> Generator[Point, None, Optional[Dict[str, FrozenSet[WrapSite]]]]:
+        for statement in body:
+            if state is None:  # after return/raise/continue/break: unreachable
+                return None
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            if isinstance(statement, (cst.SimpleStatementLine, cst.BaseSmallStatement)):
+                # A one-line suite (`if c: x = 1`) holds small statements directly.
+                for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else (statement,):
+                    if state is None:
+                        return None
+                    yield Point(small, _possible(state, path), handled, path)
+                    state = self._transfer(small, state, path)
+            elif isinstance(statement, cst.If):
+                state = yield from self._if(statement, state, path, handled)
+            elif isinstance(statement, (cst.For, cst.While)):
+                after_body = yield from self._block(block_body(statement.body), dict(state), path, handled)
+                state = _join(state, after_body)
+                if statement.orelse is not None:
+                    state = yield from self._block(block_body(statement.orelse.body), state, path, handled)
+            elif isinstance(statement, cst.Try) or isinstance(statement, getattr(cst, "TryStar", ())):
+                after_body = yield from self._block(block_body(statement.body), dict(state), path, handled)
+                merged = _join(state, after_body)
+                ends = [after_body]
+                for handler in statement.handlers:
+                    ends.append((yield from self._block(block_body(handler.body), dict(merged), path, handled)))
+                if statement.orelse is not None and after_body is not None:
+                    ends[0] = yield from self._block(block_body(statement.orelse.body), after_body, path, handled)
+                state = None
+                for end in ends:
+                    state = _join(state, end)
+                if statement.finalbody is not None:
+                    final = yield from self._block(block_body(statement.finalbody.body), dict(_join(merged, state) or {}), path, handled)
+                    state = final if state is not None else None
+            elif isinstance(statement, cst.With):
+                state = yield from self._block(block_body(statement.body), state, path, handled)
+            elif isinstance(statement, cst.Match):
+                ends = [state]
+                for case in statement.cases:
+                    ends.append((yield from self._block(block_body(case.body), dict(state), path, handled)))
+                state = None
+                for end in ends:
+                    state = _join(state, end)
+        return state
+
+    def _if(self, statement: cst.If, state, path, handled):
+        test, holds = self._condition(statement.test)
+        checked = handled_names(statement)  # the test, or a branch reaching `m.module`, tells the cases apart
+        inner = handled | frozenset(checked)
+        after_body = yield from self._block(block_body(statement.body), dict(state), (*path, (test, holds)), inner)
+        orelse = statement.orelse
+        if orelse is None:
+            after_else = state
+        elif isinstance(orelse, cst.If):
+            after_else = yield from self._if(orelse, dict(state), (*path, (test, not holds)), handled)
+        else:
+            after_else = yield from self._block(block_body(orelse.body), dict(state), (*path, (test, not holds)), inner)
+        merged = _join(after_body, after_else)
+        if merged is not None:
+            for name in checked:
+                # `if isinstance(m, DataParallel): m = m.module` unwraps on the path where it was wrapped.
+                if name in merged and (name not in (after_body or {}) or name not in (after_else or {})):
+                    del merged[name]
+        return merged
+
+    def _condition(self, test: cst.BaseExpression) -> Condition:
+        """A test as (text, whether it holds): `not c` is `c` not holding."""
+        holds = True
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, holds = test.expression, not holds
+        return " ".join(self.ctx.code(test).split()), holds
+
+    def _transfer(self, small: cst.BaseSmallStatement, state, path):
+        if isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break)):
+            return None
+        if isinstance(small, cst.Assign):
+            targets = [t.target for t in small.targets]
+        elif isinstance(small, (cst.AnnAssign, cst.AugAssign)) and small.value is not None:
+            targets = [small.target]
+        else:
+            return state
+        sites = self._sites(small.value, state, path) if not isinstance(small, cst.AugAssign) else frozenset()
+        state = dict(state)
+        for target in targets:
+            name = dotted(target)
+            if name is None:
+                continue
+            for key in [key for key in state if key == name or key.startswith(name + ".")]:
+                del state[key]
+            if sites:
+                state[name] = sites
+        return state
+
+    def _sites(self, value: cst.BaseExpression, state, path) -> FrozenSet[WrapSite]:
+        """The wraps `value` may hold: a wrap call, a name holding one, or either branch of `a if c else b`."""
+        wrapper = wrap_call(self.ctx, value)
+        if wrapper is not None:
+            return frozenset({WrapSite(wrapper, self.ctx.line(value), path)})
+        if isinstance(value, cst.IfExp):
+            if {dotted(value.body), dotted(value.orelse)} & handled_names(value):
+                return frozenset()  # `m.module if hasattr(m, "module") else m`: the plain model either way
+            test, holds = self._condition(value.test)
+            return self._sites(value.body, state, (*path, (test, holds))) | self._sites(value.orelse, state, (*path, (test, not holds)))
+        name = dotted(value)
+        return state.get(name, frozenset()) if name is not None else frozenset()
+
+
+def _possible(state: Mapping[str, FrozenSet[WrapSite]], path: Tuple[Condition, ...]) -> Dict[str, FrozenSet[WrapSite]]:
+    possible = {}
+    for name, sites in state.items():
+        kept = frozenset(site for site in sites if site.possible_under(path))
+        if kept:
+            possible[name] = kept
+    return possible
+
+
+def _join(a, b):
+    if a is None:
+        return None if b is None else dict(b)
+    if b is None:
+        return dict(a)
+    joined = dict(a)
+    for name, sites in b.items():
+        joined[name] = joined.get(name, frozenset()) | sites
+    return joined
+
+
+def _shorten(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_COMPARISON = re.compile(r"^(?P<left>.+?)\s*(?P<op>==|!=|<=|>=|<|>)\s*(?P<right>-?\d+)$")
+_OPS = {
+    "==": lambda x, k: x == k,
+    "!=": lambda x, k: x != k,
+    "<=": lambda x, k: x <= k,
+    ">=": lambda x, k: x >= k,
+    "<": lambda x, k: x < k,
+    ">": lambda x, k: x > k,
+}
+
+
+def _excludes(needed: Condition, taken: Condition) -> bool:
+    """Whether taking `taken` rules out `needed`: the same test on the other branch, or comparisons of
+    the same value with constants that no integer satisfies together (`ngpu > 1` and `ngpu == 1`)."""
+    (needed_test, needed_holds), (taken_test, taken_holds) = needed, taken
+    if needed_test == taken_test:
+        return needed_holds != taken_holds
+    a, b = _COMPARISON.match(needed_test), _COMPARISON.match(taken_test)
+    if a is None or b is None or a.group("left") != b.group("left"):
+        return False
+    ka, kb = int(a.group("right")), int(b.group("right"))
+    for x in range(min(ka, kb, 0) - 1, max(ka, kb) + 3):
+        if _OPS[a.group("op")](x, ka) == needed_holds and _OPS[b.group("op")](x, kb) == taken_holds:
+            return False
+    return True
+
+
+def class_attribute_wraps(ctx: FileContext, cls: cst.ClassDef) -> Dict[str, FrozenSet[WrapSite]]:
+    """`self.<attr>` wrapped in any method of the class: `{"self.model": sites}` (self named `self`)."""
+    flow = WrapFlow(ctx)
+    found: Dict[str, FrozenSet[WrapSite]] = {}
+    for method in block_body(cls.body):
+        if not isinstance(method, cst.FunctionDef):
+            continue
+        self_name = method_self(method)
+        if self_name is None:
+            continue
+        for point in flow.points(block_body(method.body)):
+            small = point.statement
+            if isinstance(small, cst.Assign):
+                for target in small.targets:
+                    name = dotted(target.target)
+                    if name and name.count(".") == 1 and name.startswith(self_name + "."):
+                        wrapper = wrap_call(ctx, small.value)
+                        if wrapper is not None:
+                            key = "self." + name.partition(".")[2]
+                            found[key] = found.get(key, frozenset()) | {WrapSite(wrapper, ctx.line(small.value), point.path)}
+    return found
+
+
+def method_self(method: cst.FunctionDef) -> Optional[str]:
+    """The name of a method's first parameter, unless it is a static or class method."""
+    for decorator in method.decorators:
+        if dotted(decorator.decorator) in ("staticmethod", "classmethod"):
+            return None
+    params = method.params.params or method.params.posonly_params
+    return params[0].name.value if params else None
+
+
+def method_initial_state(
+    class_wraps: Mapping[str, FrozenSet[WrapSite]], method: cst.FunctionDef, self_name: str, wrapped_here: Set[str]
+) -> Dict[str, FrozenSet[WrapSite]]:
+    """What a method starts with: the class's `self.<attr>` wraps made in other methods (not in `__init__`,
+    where the object is fresh, and not for attributes this method wraps itself)."""
+    if method.name.value == "__init__":
+        return {}
+    state = {}
+    for key, sites in class_wraps.items():
+        attribute = key.partition(".")[2]
+        if attribute not in wrapped_here:
+            state[f"{self_name}.{attribute}"] = sites
+    return state
+
+
+def attributes_wrapped_in(ctx: FileContext, method: cst.FunctionDef, self_name: str) -> Set[str]:
+    wrapped = set()
+    for small in _small_statements(block_body(method.body)):
+        if isinstance(small, cst.Assign) and wrap_call(ctx, small.value) is not None:
+            for target in small.targets:
+                name = dotted(target.target)
+                if name and name.startswith(self_name + ".") and name.count(".") == 1:
+                    wrapped.add(name.partition(".")[2])
+    return wrapped
+
+
+def _small_statements(body: Body) -> Iterable[cst.BaseSmallStatement]:
+    return iter_small_statements(body, into_functions=False)
+
+
+def scope_points(ctx: FileContext) -> Iterator[Point]:
+    for points in scopes(ctx):
+        yield from points
+
+
+def scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
+    """The points of the module body and of every function in it, one iterable per scope; a method
+    starts with its class's `self.<attr>` wraps made in other methods, and those of its base classes
+    (this file, or the project)."""
+    flow = WrapFlow(ctx)
+    yield flow.points(ctx.module.body)
+    classes = {s.name.value: s for s in _all_classes(ctx.module.body)}
+    own: Dict[str, Dict[str, FrozenSet[WrapSite]]] = {}
+
+    def wraps_of(name: str, seen: FrozenSet[str] = frozenset()) -> Dict[str, FrozenSet[WrapSite]]:
+        if name in seen:
+            return {}
+        if name not in classes:
+            return {
+                f"self.{attribute}": frozenset(WrapSite(w.wrapper, w.line, w.conditions, w.path) for w in wraps)
+                for attribute, wraps in ctx.project.inherited_attribute_wraps(name).items()
+            }
+        if name not in own:
+            own[name] = class_attribute_wraps(ctx, classes[name])
+        found: Dict[str, FrozenSet[WrapSite]] = {}
+        for base in classes[name].bases:
+            base_name = dotted(base.value)
+            if base_name is not None:
+                for key, sites in wraps_of(base_name.rpartition(".")[2], seen | {name}).items():
+                    found[key] = found.get(key, frozenset()) | sites
+        found.update(own[name])
+        return found
+
+    def walk(body: Body, cls: Optional[cst.ClassDef]) -> Iterator[Iterable[Point]]:
+        for statement in body:
+            if isinstance(statement, cst.ClassDef):
+                yield from walk(block_body(statement.body), statement)
+            elif isinstance(statement, cst.FunctionDef):
+                initial: Dict[str, FrozenSet[WrapSite]] = {}
+                self_name = method_self(statement) if cls is not None else None
+                if cls is not None and self_name is not None:
+                    initial = method_initial_state(
+                        wraps_of(cls.name.value), statement, self_name, attributes_wrapped_in(ctx, statement, self_name)
+                    )
+                yield flow.points(block_body(statement.body), initial)
+                yield from walk(block_body(statement.body), None)
+            elif isinstance(statement, cst.BaseCompoundStatement):
+                for block in child_blocks(statement):
+                    yield from walk(block, None)
+
+    yield from walk(ctx.module.body, None)
+
+
+def _all_classes(body: Body) -> Iterator[cst.ClassDef]:
+    for statement in body:
+        if isinstance(statement, cst.ClassDef):
+            yield statement
+            yield from _all_classes(block_body(statement.body))
+        elif isinstance(statement, cst.BaseCompoundStatement) and not isinstance(statement, cst.FunctionDef):
+            for block in child_blocks(statement):
+                yield from _all_classes(block)
