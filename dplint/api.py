@@ -114,7 +114,7 @@ def _scan_project(sources: Sequence[SourceFile], settings: Settings, store: Cach
 def lint_text(text: str, file: SourceFile, settings: Settings, *, cache: bool = True) -> FileResult:
     """Lint one text as the file it names: under a project root, the project's facts with this text in
     place of that file (an editor's unsaved buffer, standard input); otherwise its facts are its own."""
-    facts = collect_file_facts(text, file.module_name, file.package, file.path)
+    facts = collect_file_facts(text, file.module_name, file.package, file.path, file.filename)
     others: List[FileFacts] = []
     if settings.project_root is not None:
         store = Cache.open(settings.root, settings.digest, cache)

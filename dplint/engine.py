@@ -163,7 +163,7 @@ def scan(source: SourceFile) -> Tuple[Optional[FileFacts], str]:
         text = decode(data)
     except Unreadable:
         return None, content_hash(data)
-    return collect_file_facts(text, source.module_name, source.package, source.path), content_hash(data)
+    return collect_file_facts(text, source.module_name, source.package, source.path, source.filename), content_hash(data)
 
 
 def check_file(source: SourceFile, text: Optional[str], settings: Settings, project: ProjectFacts, facts: Optional[FileFacts]) -> FileResult:

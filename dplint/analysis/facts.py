@@ -173,8 +173,8 @@ def scan_imports(text: str, package: str) -> Tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def collect_file_facts(text: str, module_name: str, package: str, path: str) -> FileFacts:
-    filename = os.path.abspath(path)
+def collect_file_facts(text: str, module_name: str, package: str, path: str, filename: str) -> FileFacts:
+    """The facts of one file: `path` as it is shown, `filename` absolute."""
     imports = scan_imports(text, package)
     tensor_values = scan_tensor_values(text, module_name, package)
     distributed = scan_distributed(text)

@@ -1,7 +1,7 @@
 """The project facts the server keeps warm: one project's files from disk, open documents' unsaved text in their place.
 
-This is the one place the server knows how project facts are gathered; the engine's whole-project
-facts pass will replace it.
+The root is found as the command line finds it; the facts of files on disk are read once and kept,
+and updated file by file as the client reports changes.
 """
 
 from __future__ import annotations
@@ -11,19 +11,15 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from dplint.analysis.facts import FileFacts, ProjectFacts, collect_file_facts, module_identity
+from dplint.analysis.modules import find_project_root
 from dplint.config import Settings
 from dplint.discovery import discover
 from dplint.engine import SourceFile, scan
 
-PROJECT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
-
 
 def project_root(filename: Path) -> Path:
     """The nearest folder above the file that holds a project marker, else the file's own folder."""
-    for directory in filename.parents:
-        if any((directory / marker).exists() for marker in PROJECT_MARKERS):
-            return directory
-    return filename.parent
+    return find_project_root(filename) or filename.parent
 
 
 class WorkspaceFacts:
@@ -48,13 +44,13 @@ class WorkspaceFacts:
     def project(self) -> ProjectFacts:
         if self._project is None:
             files = {**self._disk(), **self._unsaved}
-            self._project = ProjectFacts.build(list(files.values()))
+            self._project = ProjectFacts.build(list(files.values()), str(self.root))
         return self._project
 
     def use_text(self, filename: str, text: str) -> FileFacts:
         """Take the file's facts from this text (an open document's, saved or not) until `drop_text`."""
         source = self.source(filename)
-        facts = collect_file_facts(text, source.module_name, source.package, source.path)
+        facts = collect_file_facts(text, source.module_name, source.package, source.path, source.filename)
         if self._unsaved.get(filename) != facts:
             self._unsaved[filename] = facts
             self._project = None
