@@ -368,10 +368,12 @@ class DiscardedTensorMove(Rule):
     ]
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
-        """Whether some line starts with a bare move: `x.to(`, `self.buf.cuda(`, `loss.detach().cpu(`."""
+        """Whether some statement starts with a bare move: `x.to(`, `self.buf.cuda(`, `loss.detach().cpu(`,
+        also after `:` or `;` on its line (`if use_cuda: h.cuda()`)."""
         for match in self.triggers.finditer(text):
             line_start = text.rfind("\n", 0, match.start()) + 1
-            if _STATEMENT_PREFIX.fullmatch(text, line_start, match.start()):
+            suite_start = max(text.rfind(":", line_start, match.start()), text.rfind(";", line_start, match.start())) + 1
+            if any(_STATEMENT_PREFIX.fullmatch(text, start, match.start()) for start in {line_start, suite_start or line_start}):
                 return True
         return False
 

@@ -214,6 +214,8 @@ class Inference:
         self._sink.append((name, binding))
 
     def _walk(self, body: Body, scope: Scope, class_model: Optional[ClassModel]) -> None:
+        if body and isinstance(body[0], cst.BaseSmallStatement):  # a one-line suite: `if c: x = f(); y = g()`
+            body = [cst.SimpleStatementLine(body=tuple(body))]
         for statement in body:
             if isinstance(statement, cst.SimpleStatementLine):
                 self.statements.append((statement, scope))
