@@ -50,14 +50,20 @@ class DiscardedTensorMove(Rule):
     not an `nn.Parameter` (assigning a plain tensor to a parameter's name raises). It is offered as safe.
 
     ## Known problems
-    The rule reports only values it can show are tensors: results of tensor factories and
-    `torch.nn.functional`, `nn.Parameter`, registered buffers and tensor attributes set in the class,
-    arguments annotated `torch.Tensor`, arithmetic and tensor methods on tensors, elements of a loop
-    over a `torch.utils.data.DataLoader` built without `collate_fn` (a `**kwargs` argument is assumed
-    not to carry one) or over a tensor, and parameters whose every caller in the same file passes a
-    tensor. Everything else is unknown and stays silent: objects whose `.to()` works in place (PyG's
-    `Data`, Hugging Face's `BatchEncoding`, any `nn.Module`) must never be reported, so a value the
-    rule cannot trace to a tensor is given the benefit of the doubt.
+    The rule reports only values it can show are tensors *at that line*, following the function's
+    control flow (a name rebound to something unknown earlier on any path is unknown; code after
+    `return`, `raise`, `break`, `continue` or `sys.exit()` is never reported). Evidence: results of
+    tensor factories and `torch.nn.functional`, `nn.Parameter`, registered buffers and tensor
+    attributes set in the class, arguments annotated `torch.Tensor`, arithmetic and tensor methods on
+    tensors, elements of a loop over a `torch.utils.data.DataLoader` built without `collate_fn` (a
+    `**kwargs` argument is assumed not to carry one) or over a tensor, what unpacking or indexing
+    those gives, lists, tuples and dicts built only from tensors (literals and comprehensions, never
+    given anything else later), `module.parameters()`, parameters whose every caller in the same file
+    passes a tensor, and functions of the project every `return` of which gives a tensor (also where
+    they are imported, and module-level names assigned their result). Everything else is unknown and
+    stays silent: objects whose `.to()` works in place (PyG's `Data`, Hugging Face's `BatchEncoding`,
+    any `nn.Module`) must never be reported, so a value the rule cannot trace to a tensor is given the
+    benefit of the doubt. A container filled by another function (`fill(batch)`) is not seen.
     """
 
     code = "DPL101"
@@ -116,6 +122,75 @@ class DiscardedTensorMove(Rule):
             import torch
             x = torch.zeros(3) if cond else Data()
             x.to("cuda")
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Decoder(nn.Module):
+                def forward(self, x, h):
+                    h = torch.zeros(1, x.size(0), 8)
+                    h = self.rnn(x, h)  # rebound to what the RNN returns: no longer known to be a tensor
+                    h.cuda()
+                    return h
+            """
+        ),
+        Valid(
+            """
+            import torch
+            if use_graph:
+                x = Data(pos=torch.zeros(3))
+            else:
+                x = torch.zeros(3)
+            x.to("cuda")  # a tensor on one branch only
+            """
+        ),
+        Valid(
+            """
+            import torch
+            x = torch.zeros(3)
+            for graph in graphs:
+                x.to("cuda")  # from the second iteration on, `x` is a graph
+                x = graph
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def step(x):
+                x = torch.zeros(3)
+                return x
+                x.cuda()  # unreachable
+            """
+        ),
+        Valid(
+            """
+            import torch
+            inputs = {"mask": torch.ones(4)}
+            inputs["graph"] = Graph()
+            inputs["graph"].to("cuda")  # the dict no longer holds only tensors
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def make(n):
+                if n:
+                    return torch.zeros(n)
+            make(3).cuda()  # may return None
+            """
+        ),
+        Valid(
+            """
+            import torch
+            try:
+                x = torch.zeros(3)
+                x = load_graph()
+            except OSError:
+                pass
+            x.to("cuda")  # a graph when the load succeeded
             """
         ),
     ]
@@ -194,13 +269,111 @@ class DiscardedTensorMove(Rule):
             """,
             line=6,
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Decoder(nn.Module):
+                def forward(self, x, use_cuda):
+                    h = torch.zeros(1, x.size(0), 8)
+                    if use_cuda:
+                        h.cuda()
+                    h = self.rnn(x, h)
+                    return h
+            """,
+            line=8,
+            expected_fix="""
+            import torch
+            import torch.nn as nn
+
+            class Decoder(nn.Module):
+                def forward(self, x, use_cuda):
+                    h = torch.zeros(1, x.size(0), 8)
+                    if use_cuda:
+                        h = h.cuda()
+                    h = self.rnn(x, h)
+                    return h
+            """,
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(dataset, batch_size=32)
+            for batch in loader:
+                inputs, targets = batch
+                inputs.to(device)
+            """,
+            line=6,
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            def snapshot(model: nn.Module, i):
+                params = [p.data.clone() for p in model.parameters()]
+                params[i].cuda()
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            import torch
+            tensors = {"a": torch.zeros(1), "b": torch.ones(1)}
+            tensors["a"].cuda()
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def make_priors(n):
+                priors = torch.zeros(n, 4)
+                return priors.clamp(0, 1)
+
+            def anchors(n):
+                return make_priors(n) * 2
+
+            anchors(8).cuda()
+            """,
+            line=10,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Tracker(nn.Module):
+                def init_hidden(self, n):
+                    return torch.zeros(1, n, 16)
+
+                def reset(self, n):
+                    self.hidden = self.init_hidden(n)
+
+                def to_gpu(self):
+                    self.hidden.cuda()
+            """,
+            line=12,
+        ),
+        Invalid(
+            """
+            import torch
+            for chunk in torch.split(torch.arange(10), 4):
+                chunk.cuda()
+            """,
+            line=3,
+        ),
     ]
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
-        """Whether some line starts with a bare move: `x.to(`, `self.buf.cuda(`, `loss.detach().cpu(`."""
+        """Whether some statement starts with a bare move: `x.to(`, `self.buf.cuda(`, `loss.detach().cpu(`,
+        also after `:` or `;` on its line (`if use_cuda: h.cuda()`)."""
         for match in self.triggers.finditer(text):
             line_start = text.rfind("\n", 0, match.start()) + 1
-            if _STATEMENT_PREFIX.fullmatch(text, line_start, match.start()):
+            suite_start = max(text.rfind(":", line_start, match.start()), text.rfind(";", line_start, match.start())) + 1
+            if any(_STATEMENT_PREFIX.fullmatch(text, start, match.start()) for start in {line_start, suite_start or line_start}):
                 return True
         return False
 

@@ -38,7 +38,7 @@ def test_every_fixture_has_an_expected_file_and_the_summary_counts_them(lint_out
     expected = [line for f in FIXTURES for line in f.with_suffix(".txt").read_text().splitlines()]
     assert [line for line in lint_output if line.startswith("fixtures/")] == sorted(expected)
     fixable = sum(" [*] " in line for line in expected)
-    assert lint_output[-2:] == ["Found 22 errors and 2 warnings in 14 files.", f"[*] {fixable} fixable with the `--fix` option."]
+    assert lint_output[-2:] == ["Found 25 errors and 1 warning in 14 files.", f"[*] {fixable} fixable with the `--fix` option."]
 
 
 def test_fix_gives_the_expected_files_and_is_idempotent(tmp_path):
@@ -48,7 +48,7 @@ def test_fix_gives_the_expected_files_and_is_idempotent(tmp_path):
         copy.write_bytes(fixture.read_bytes())
     command = [sys.executable, "-m", "dplint", "--no-cache", "--fix", "."]
     first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
-    assert "Fixed 7 errors (17 remaining)." in first.stderr
+    assert "Fixed 9 errors (17 remaining)." in first.stderr
     for fixture in FIXTURES:
         expected = fixture.with_name(fixture.stem + ".fixed.py")
         copy = tmp_path / fixture.relative_to(ROOT / "fixtures")

@@ -12,7 +12,9 @@ import ast
 import hashlib
 import os
 import re
-from dataclasses import dataclass, replace
+import sys
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import (
@@ -193,32 +195,40 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
     attribute_wraps = scan_attribute_wraps(tree, text, visitor.qualify, path)
     return FileFacts(module_name, filename, imports, classes, tuple(visitor.wraps), tensor_values, distributed, attribute_wraps)
 
-_TOP_LEVEL_DEF = re.compile(r"^def[ \t]+(\w+)[ \t]*\(", re.M)
-_TOP_LEVEL_CALL_ASSIGNMENT = re.compile(r"^(\w+)[ \t]*=[ \t]*([A-Za-z_][\w.]*[ \t]*\(.*)$", re.M)
+# Patterns that start with a newline let the regex engine jump between lines; the text gets one in front.
+_TOP_LEVEL_DEF = re.compile(r"\ndef[ \t]+(\w+)[ \t]*\(")
+_TOP_LEVEL_CALL_ASSIGNMENT = re.compile(r"\n(\w+)[ \t]*=[ \t]*([A-Za-z_][\w.]*[ \t]*\(.*)")
 _BLOCK_END = re.compile(r"\n(?=[^\s#])")
-_RETURN = re.compile(r"^([ \t]+)return\b(.*)$", re.M)
+_SIGNATURE_END = re.compile(r":[ \t]*(?:#[^\n]*)?\n")
+_RETURN = re.compile(r"\n([ \t]+)return\b(.*)")
+_LOCAL_ASSIGNMENT = re.compile(r"\n[ \t]+(\w+)[ \t]*=(?!=)[ \t]*(.*)")
+_OTHER_BINDING = re.compile(r"\bfor[ \t]+([\w \t,()]+?)[ \t]+in\b|\bas[ \t]+(\w+)|(\w+)[ \t]*:=|\n[ \t]+([\w \t]*,[\w \t,]*)=(?!=)")
+_WORD = re.compile(r"\w+")
 
 
 def scan_tensor_values(text: str, module_name: str, package: str) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
     """Top-level functions whose every `return` gives a tensor, and top-level names assigned a call of one.
 
     Read from the text: each `return` line and the assignments of the name it returns are parsed on
-    their own, so the files that hold no such function cost two substring tests and a regex.
+    their own. A torch library's names are its API, never the project's, so its files are skipped.
     """
-    found: List[Tuple[str, Tuple[str, ...]]] = []
-    functions = set(_TOP_LEVEL_DEF.findall(text)) if "return" in text else set()
-    assignments = _TOP_LEVEL_CALL_ASSIGNMENT.findall(text)
-    if not (functions and "torch" in text) and not assignments:
+    if is_torch_module(module_name):
         return ()
+    text = "\n" + text
+    functions = set(_TOP_LEVEL_DEF.findall(text)) if "return" in text and "torch" in text else set()
+    assignments = _TOP_LEVEL_CALL_ASSIGNMENT.findall(text)
+    if not functions and not assignments:
+        return ()
+    found: List[Tuple[str, Tuple[str, ...]]] = []
     evidence = _TensorEvidence(_import_aliases(text, package), module_name, functions)
-    if "torch" in text:
+    if functions:
         for match in _TOP_LEVEL_DEF.finditer(text):
             deps = evidence.function(text, match)
             if deps is not None:
                 found.append((f"{module_name}.{match.group(1)}()", tuple(sorted(deps))))
-    names = [name for name, _ in assignments]
+    counts = Counter(name for name, _ in assignments)
     for name, value in assignments:
-        deps = evidence.expression(value, None, 0) if names.count(name) == 1 and name not in functions else None
+        deps = evidence.expression(value, None) if counts[name] == 1 and name not in functions else None
         if deps:  # a call of a project function (a torch factory at module level is rare and cheap to miss)
             found.append((f"{module_name}.{name}", tuple(sorted(deps))))
     return tuple(found)
@@ -262,21 +272,21 @@ class _TensorEvidence:
     def function(self, text: str, match: "re.Match[str]") -> Optional[FrozenSet[str]]:
         end = _BLOCK_END.search(text, match.end())
         block = text[match.start() : end.start() if end else len(text)]
-        start = text.rfind("\n", 0, max(match.start() - 1, 0)) + 1
-        if text.startswith("@", start) or re.search(r"\byield\b", block):
+        if text.startswith("@", text.rfind("\n", 0, match.start()) + 1) or ("yield" in block and re.search(r"\byield\b", block)):
             return None  # a decorator may change what it returns; a generator returns a generator
-        lines = [line for line in block.splitlines()[1:] if line.strip() and not line.lstrip().startswith("#")]
         returns = list(_RETURN.finditer(block))
-        if not lines or not returns:
+        signature = _SIGNATURE_END.search(block)
+        if not returns or signature is None:
             return None
-        body_indent = min(len(line) - len(line.lstrip()) for line in lines)
+        first = len(block) - len(block[signature.end() :].lstrip(" \t\n"))  # the first statement of the body
+        body_indent = first - block.rfind("\n", 0, first) - 1
         last = returns[-1]
-        if lines[-1] != last.group(0) or len(last.group(1)) != body_indent:
+        if not block.rstrip().endswith(last.group(0).rstrip()) or len(last.group(1)) != body_indent:
             return None  # it may fall off its end and return None
-        assignments = self._assignments(block, block[: block.find(":\n") + 1])
+        assignments = self._assignments(block, block[: signature.end()])
         deps: Set[str] = set()
         for returned in returns:
-            found = self.expression(returned.group(2), assignments, 0)
+            found = self.expression(returned.group(2), assignments)
             if found is None:
                 return None
             deps |= found
@@ -285,27 +295,24 @@ class _TensorEvidence:
     @staticmethod
     def _assignments(block: str, signature: str) -> Assignments:
         """The values a local name is assigned in the block (None when it is bound any other way)."""
+        assigned: Dict[str, List[str]] = {}
+        for match in _LOCAL_ASSIGNMENT.finditer(block):
+            assigned.setdefault(match.group(1), []).append(match.group(2))
+        unknown = set(_WORD.findall(signature))
+        for match in _OTHER_BINDING.finditer(block):
+            unknown.update(_WORD.findall("".join(group for group in match.groups() if group)))
+        return lambda name: None if name in unknown else assigned.get(name)
 
-        def values(name: str) -> Optional[List[str]]:
-            if re.search(rf"\b{name}\b", signature):
-                return None  # a parameter
-            assigned = re.findall(rf"^[ \t]+{name}[ \t]*=(?!=)[ \t]*(.*)$", block, re.M)
-            other = re.search(rf"(?:\bfor\b[^\n:]*|\bas[ \t]+|,[ \t]*){name}\b|\b{name}[ \t]*,[^\n=]*=(?!=)|{name}[ \t]*:=", block)
-            return assigned if assigned and other is None else None
-
-        return values
-
-    def expression(self, source: str, assignments: Optional[Assignments], depth: int) -> Optional[FrozenSet[str]]:
+    def expression(self, source: str, assignments: Optional[Assignments], visiting: FrozenSet[str] = frozenset()) -> Optional[FrozenSet[str]]:
         try:
             node = ast.parse(source.strip(), mode="eval").body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
-        return self._evident(node, assignments, depth)
+        return self._evident(node, assignments, visiting)
 
-    def _evident(self, node: ast.AST, assignments: Optional[Assignments], depth: int) -> Optional[FrozenSet[str]]:
+    def _evident(self, node: ast.AST, assignments: Optional[Assignments], visiting: FrozenSet[str]) -> Optional[FrozenSet[str]]:
+        """`visiting`: the local names whose values are being read (`x = x.clamp(0, 1)` reads its own)."""
         api = self.api
-        if depth > 4:
-            return None
         if isinstance(node, ast.Call):
             qualified = self._qualify(node.func)
             if qualified is not None:
@@ -314,34 +321,37 @@ class _TensorEvidence:
                     return frozenset()
                 if module == "torch.nn.functional" and last in api.TENSOR_RETURNING_FUNCTIONAL:
                     return frozenset()
-                return None if is_torch_module(qualified) or "." not in qualified else frozenset({qualified + "()"})
+                foreign = is_torch_module(qualified) or qualified.split(".")[0] in sys.stdlib_module_names
+                return None if foreign or "." not in qualified else frozenset({qualified + "()"})
             if isinstance(node.func, ast.Attribute) and node.func.attr in api.TENSOR_METHODS:
-                return self._evident(node.func.value, assignments, depth + 1)
+                return self._evident(node.func.value, assignments, visiting)
             return None
         if isinstance(node, ast.Name) and assignments is not None:
-            values = assignments(node.id)
+            if node.id in visiting:
+                return frozenset()  # what its other assignments show
+            values = assignments(node.id) if len(visiting) < 4 else None
             if values is None:
                 return None
             deps: Set[str] = set()
             for value in values:
-                found = self.expression(value, assignments, depth + 1)
+                found = self.expression(value, assignments, visiting | {node.id})
                 if found is None:
                     return None
                 deps |= found
             return frozenset(deps)
         if isinstance(node, ast.BinOp):
-            left, right = self._evident(node.left, assignments, depth + 1), self._evident(node.right, assignments, depth + 1)
+            left, right = self._evident(node.left, assignments, visiting), self._evident(node.right, assignments, visiting)
             if left is not None and right is not None:
                 return left | right
             other = node.right if left is not None else node.left
             number = isinstance(other, ast.Constant) and type(other.value) in (int, float)
             return (left if left is not None else right) if number else None
         if isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not):
-            return self._evident(node.operand, assignments, depth + 1)
+            return self._evident(node.operand, assignments, visiting)
         if isinstance(node, ast.Subscript):
-            return self._evident(node.value, assignments, depth + 1)
+            return self._evident(node.value, assignments, visiting)
         if isinstance(node, ast.Attribute) and node.attr in api.TENSOR_ATTRIBUTES:
-            return self._evident(node.value, assignments, depth + 1)
+            return self._evident(node.value, assignments, visiting)
         return None
 
     def _qualify(self, node: ast.AST) -> Optional[str]:

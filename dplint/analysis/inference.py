@@ -1,14 +1,20 @@
-"""What kind of value an expression holds: a Tensor, an nn.Module, a DataLoader, or unknown.
+"""What kind of value an expression holds: a Tensor, a container of tensors, an nn.Module, a DataLoader, or unknown.
 
-The inference is deliberately conservative. A name's kind is the join of every value bound to it in
-its scope (flow-insensitive): bound once to a tensor and once to anything else, it is unknown. Rules
-that must never cry wolf (DPL101) act only on a definite TENSOR.
+The inference is deliberately conservative: rules that must never cry wolf (DPL101) act only on a
+definite TENSOR. A local name's kind is read where it is used: the join of the bindings that reach
+that point along the function's control flow (reaching definitions; branches joined where they meet,
+loops iterated to a fixed point, `try`/`with`/`match` handled, nothing reaching the code after
+`return`, `raise`, `break`, `continue` or `sys.exit()`). A name of an enclosing scope joins all of its
+bindings, since the function may run after any of them.
 
 Evidence used: tensor factories and `torch.nn.functional`, `nn.Parameter`, module constructors from
 `torch.nn`/`torchvision` and classes of the file that subclass `nn.Module`, `self.<attr>` bound in
 the class's methods (registered buffers and parameters are tensors), annotations, arithmetic and
-tensor methods on tensors, loops over a DataLoader or a tensor, and for an unannotated parameter of a
-function of the same file the arguments at its call sites.
+tensor methods on tensors, loops over a DataLoader, a tensor, a container of tensors or a module's
+parameters, unpacking and indexing of those, lists/tuples/dicts built only from tensors (and given
+nothing else later), what the file's own functions and methods return (every reachable `return` a
+tensor), the project's functions and module-level names shown to be tensors (`ProjectFacts.is_tensor`),
+and for an unannotated parameter of a function of the same file the arguments at its call sites.
 """
 
 from __future__ import annotations
@@ -208,6 +214,8 @@ class Inference:
         self._sink.append((name, binding))
 
     def _walk(self, body: Body, scope: Scope, class_model: Optional[ClassModel]) -> None:
+        if body and isinstance(body[0], cst.BaseSmallStatement):  # a one-line suite: `if c: x = f(); y = g()`
+            body = [cst.SimpleStatementLine(body=tuple(body))]
         for statement in body:
             if isinstance(statement, cst.SimpleStatementLine):
                 self.statements.append((statement, scope))
