@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import pytest
 
@@ -17,7 +18,8 @@ from pytest_lsp import ClientServerConfig, LanguageClient  # noqa: E402
 from dplint.docs import explain  # noqa: E402
 from dplint.rules import BY_CODE  # noqa: E402
 
-pytestmark = pytest.mark.asyncio(loop_scope="function")
+# One server for the module (starting one costs seconds); each test works in its own project folder.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -48,9 +50,9 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER))
-async def client(lsp_client: LanguageClient, workspace: Path):
-    await start(lsp_client, workspace)
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER), scope="module")
+async def client(lsp_client: LanguageClient, tmp_path_factory: pytest.TempPathFactory):
+    await start(lsp_client, tmp_path_factory.mktemp("editor"))
     yield
     await lsp_client.shutdown_session()
 
@@ -88,7 +90,8 @@ def open_document(client: LanguageClient, uri: str, text: str, version: int = 1)
 def replace_text(client: LanguageClient, uri: str, text: str, version: int) -> None:
     """A full-text didChange, as a client sends when it cannot send ranges."""
     change = types.TextDocumentContentChangeWholeDocument(text=text)
-    client.text_document_did_change(types.DidChangeTextDocumentParams(types.VersionedTextDocumentIdentifier(version, uri), [change]))
+    document = types.VersionedTextDocumentIdentifier(version, uri)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(document, [change]))
 
 
 async def diagnostics(
@@ -130,7 +133,9 @@ def apply_edits(text: str, edits: Sequence[types.TextEdit]) -> str:
     return text
 
 
-async def code_actions(client: LanguageClient, uri: str, where: types.Range, only: Optional[List[str]] = None) -> List[types.CodeAction]:
+async def code_actions(
+    client: LanguageClient, uri: str, where: types.Range, only: Optional[List[str]] = None
+) -> List[types.CodeAction]:
     params = types.CodeActionParams(
         types.TextDocumentIdentifier(uri), where, types.CodeActionContext(diagnostics=[], only=only)
     )
@@ -328,16 +333,19 @@ async def test_client_settings_override_pyproject(client: LanguageClient, worksp
     uri = write(workspace, "train.py", text)
     open_document(client, uri, text)
     await diagnostics(client, uri, has("DPL101"))
+    try:
+        client.set_configuration({"select": ["DPL1"], "ignore": ["DPL101"]}, section="dplint")
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+        await diagnostics(client, uri, has("DPL102"))
 
-    client.set_configuration({"select": ["DPL1"], "ignore": ["DPL101"]}, section="dplint")
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
-    await diagnostics(client, uri, has("DPL102"))
-
-    # An unknown code is reported to the user; the file is still linted, with the pyproject settings.
-    client.set_configuration({"select": ["DPL999"]}, section="dplint")
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
-    await diagnostics(client, uri, has("DPL101"))
-    assert any("DPL999" in m.message and m.type == types.MessageType.Error for m in client.messages)
+        # An unknown code is reported to the user; the file is still linted, with the pyproject settings.
+        client.set_configuration({"select": ["DPL999"]}, section="dplint")
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+        await diagnostics(client, uri, has("DPL101"))
+        assert any("DPL999" in m.message and m.type == types.MessageType.Error for m in client.messages)
+    finally:
+        client.set_configuration({}, section="dplint")
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
 
 
 # ----- project facts across files ------------------------------------------------------------------
@@ -388,12 +396,10 @@ async def test_initialize_advertises_features_and_shutdown_exits_cleanly(workspa
         await client.stop()
 
 
-def test_cli_without_the_server_extra_says_how_to_install(tmp_path: Path):
-    import subprocess
-
-    blocker = tmp_path / "pygls.py"
-    blocker.write_text("raise ModuleNotFoundError('No module named pygls', name='pygls')\n")
-    env: Dict[str, str] = {"PYTHONPATH": str(tmp_path)}
-    result = subprocess.run(SERVER, capture_output=True, text=True, env={**__import__("os").environ, **env}, timeout=60)
-    assert result.returncode == 2
-    assert "pip install 'dplint[server]'" in result.stderr
+async def test_cli_without_the_server_extra_says_how_to_install(tmp_path: Path):
+    (tmp_path / "pygls.py").write_text("raise ModuleNotFoundError('No module named pygls', name='pygls')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    process = await asyncio.create_subprocess_exec(*SERVER, stderr=asyncio.subprocess.PIPE, env=env)
+    _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2
+    assert "pip install 'dplint[server]'" in stderr.decode()

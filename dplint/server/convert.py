@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import io
-from typing import Iterable, List, Optional, Sequence
+from typing import Iterable, List, Optional
 
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec, ServerTextPosition
@@ -36,10 +36,6 @@ class Converter:
 
     def range(self, start: Location, end: Location) -> types.Range:
         return types.Range(self.position(start), self.position(end))
-
-    def location(self, position: types.Position) -> Location:
-        server = self.codec.position_from_client_units(self.lines, types.Position(position.line, position.character))
-        return Location(server.line + 1, server.character + 1)
 
     def diagnostic(self, finding: Finding) -> types.Diagnostic:
         severity = types.DiagnosticSeverity.Warning if finding.severity == "warning" else types.DiagnosticSeverity.Error
@@ -98,7 +94,10 @@ def _parses(text: str) -> bool:
 def _edit_json(edit: types.TextEdit) -> dict:
     start, end = edit.range.start, edit.range.end
     return {
-        "range": {"start": {"line": start.line, "character": start.character}, "end": {"line": end.line, "character": end.character}},
+        "range": {
+            "start": {"line": start.line, "character": start.character},
+            "end": {"line": end.line, "character": end.character},
+        },
         "newText": edit.new_text,
     }
 
@@ -115,6 +114,3 @@ def contains(outer: types.Range, position: types.Position) -> bool:
     point = (position.line, position.character)
     return (outer.start.line, outer.start.character) <= point <= (outer.end.line, outer.end.character)
 
-
-def sorted_edits(edits: Sequence[types.TextEdit]) -> List[types.TextEdit]:
-    return sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character))
