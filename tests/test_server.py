@@ -19,7 +19,7 @@ from dplint.docs import explain  # noqa: E402
 from dplint.rules import BY_CODE  # noqa: E402
 
 # One server for the module (starting one costs seconds); each test works in its own project folder.
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+ASYNC = pytest.mark.asyncio(loop_scope="module")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -152,6 +152,7 @@ MOVE = 'import torch\n\ndevice = torch.device("cuda")\nx = torch.zeros(3)\nx.to(
 # ----- diagnostics ----------------------------------------------------------------------------------
 
 
+@ASYNC
 async def test_open_change_and_save_publish_diagnostics(client: LanguageClient, workspace: Path):
     uri = write(workspace, "train.py", MOVE)
     open_document(client, uri, MOVE)
@@ -180,6 +181,7 @@ async def test_open_change_and_save_publish_diagnostics(client: LanguageClient, 
     assert found.range.start.line == 3
 
 
+@ASYNC
 async def test_positions_are_utf16_code_units_after_non_ascii(client: LanguageClient, workspace: Path):
     text = 'import torch\n\nlabel, y = "é😀", torch.ones(2, device="cuda: 0")\n'
     uri = write(workspace, "emoji.py", text)
@@ -194,6 +196,7 @@ async def test_positions_are_utf16_code_units_after_non_ascii(client: LanguageCl
     assert apply_edits(text, fix.edit.changes[uri]) == text.replace('"cuda: 0"', '"cuda:0"')
 
 
+@ASYNC
 async def test_syntax_error_is_a_dpl000_diagnostic_and_the_server_stays_up(client: LanguageClient, workspace: Path):
     broken = "import torch\n\ndef f(:\n    x.to(device)\n"
     uri = write(workspace, "broken.py", broken)
@@ -206,6 +209,7 @@ async def test_syntax_error_is_a_dpl000_diagnostic_and_the_server_stays_up(clien
     await diagnostics(client, uri, has("DPL101"))
 
 
+@ASYNC
 async def test_internal_error_is_logged_and_keeps_the_last_diagnostics(workspace: Path):
     config = ClientServerConfig(server_command=CRASHING_SERVER)
     client = await config.start()
@@ -237,6 +241,7 @@ async def test_internal_error_is_logged_and_keeps_the_last_diagnostics(workspace
 # ----- code actions ---------------------------------------------------------------------------------
 
 
+@ASYNC
 async def test_fix_all_gives_the_fixed_fixture(client: LanguageClient, workspace: Path):
     text = (FIXTURES / "discarded_move.py").read_text()
     uri = write(workspace, "discarded_move.py", text)
@@ -249,6 +254,7 @@ async def test_fix_all_gives_the_fixed_fixture(client: LanguageClient, workspace
     assert apply_edits(text, action.edit.changes[uri]) == (FIXTURES / "discarded_move.fixed.py").read_text()
 
 
+@ASYNC
 async def test_quick_fix_and_disable_for_this_line(client: LanguageClient, workspace: Path):
     text = MOVE.replace("x.to(device)\n", 'x.to(device)\ny = torch.ones(2, device="cuda: 0")  # noqa: DPL999\n')
     uri = write(workspace, "train.py", text)
@@ -277,6 +283,7 @@ async def test_quick_fix_and_disable_for_this_line(client: LanguageClient, works
     await diagnostics(client, uri, has("DPL102"))
 
 
+@ASYNC
 async def test_unsafe_fix_is_labelled_and_not_preferred(client: LanguageClient, workspace: Path):
     text = 'import torch\n\nx = torch.zeros(1, device="gpu")\n'
     uri = write(workspace, "train.py", text)
@@ -290,9 +297,36 @@ async def test_unsafe_fix_is_labelled_and_not_preferred(client: LanguageClient, 
     assert await code_actions(client, uri, found.range, only=["source.fixAll"]) == []  # --fix leaves unsafe fixes alone
 
 
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # inside brackets: the finding's own line takes the comment
+        ('import torch\ny = torch.ones(\n    2, device="cuda: 0"\n)\n', '    2, device="cuda: 0"  # noqa: DPL102'),
+        # the line ends inside a string or after a backslash: no line can take a comment, so no action
+        ('import torch\ny = torch.ones(2, device="cuda: 0"), """\ndoc\n"""\n', None),
+        ('import torch\ny = torch.ones(2, device="cuda: 0") + \\\n    1\n', None),
+    ],
+)
+def test_disable_for_this_line_only_where_a_comment_can_go(text: str, expected: Optional[str]):
+    from pygls.workspace.position_codec import PositionCodec
+
+    from dplint.api import lint_source
+    from dplint.server.convert import Converter
+
+    (finding,) = lint_source(text, "train.py")
+    edit = Converter(text, PositionCodec()).noqa_edit(finding)
+    if expected is None:
+        assert edit is None
+        return
+    silenced = apply_edits(text, [edit])
+    assert expected in silenced.splitlines()
+    assert lint_source(silenced, "train.py") == []
+
+
 # ----- hover ----------------------------------------------------------------------------------------
 
 
+@ASYNC
 async def test_hover_on_a_diagnostic_shows_the_rule_docs(client: LanguageClient, workspace: Path):
     uri = write(workspace, "train.py", MOVE)
     open_document(client, uri, MOVE)
@@ -314,6 +348,7 @@ async def test_hover_on_a_diagnostic_shows_the_rule_docs(client: LanguageClient,
 # ----- configuration --------------------------------------------------------------------------------
 
 
+@ASYNC
 async def test_pyproject_is_reread_when_it_changes(client: LanguageClient, workspace: Path):
     pyproject = workspace / "pyproject.toml"
     pyproject.write_text('[tool.dplint]\nignore = ["DPL101"]\n')
@@ -327,6 +362,7 @@ async def test_pyproject_is_reread_when_it_changes(client: LanguageClient, works
     await diagnostics(client, uri, has("DPL101"))
 
 
+@ASYNC
 async def test_client_settings_override_pyproject(client: LanguageClient, workspace: Path):
     (workspace / "pyproject.toml").write_text('[tool.dplint]\nselect = ["DPL101"]\n')
     text = MOVE + 'y = torch.ones(2, device="cuda: 0")\n'
@@ -351,6 +387,7 @@ async def test_client_settings_override_pyproject(client: LanguageClient, worksp
 # ----- project facts across files ------------------------------------------------------------------
 
 
+@ASYNC
 async def test_unsaved_edit_of_the_wrapping_file_clears_dpl301(client: LanguageClient, workspace: Path):
     model = (FIXTURES / "crnn_model.py").read_text()
     train = (FIXTURES / "crnn_train.py").read_text().replace("from crnn_model import", "from models.crnn import")
@@ -380,6 +417,7 @@ async def test_unsaved_edit_of_the_wrapping_file_clears_dpl301(client: LanguageC
 # ----- lifecycle -----------------------------------------------------------------------------------
 
 
+@ASYNC
 async def test_initialize_advertises_features_and_shutdown_exits_cleanly(workspace: Path):
     client = await ClientServerConfig(server_command=SERVER).start()
     try:
@@ -396,6 +434,7 @@ async def test_initialize_advertises_features_and_shutdown_exits_cleanly(workspa
         await client.stop()
 
 
+@ASYNC
 async def test_cli_without_the_server_extra_says_how_to_install(tmp_path: Path):
     (tmp_path / "pygls.py").write_text("raise ModuleNotFoundError('No module named pygls', name='pygls')\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}

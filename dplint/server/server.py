@@ -308,7 +308,7 @@ def _quick_fixes(uri: str, linted: Linted, finding: Finding, diagnostic: types.D
                 is_preferred=safe,
             )
         )
-    noqa = linted.converter.noqa_edit(linted.text, finding)
+    noqa = linted.converter.noqa_edit(finding)
     if noqa is not None:
         actions.append(
             types.CodeAction(
