@@ -418,16 +418,28 @@ async def test_unsaved_edit_of_the_wrapping_file_clears_dpl301(client: LanguageC
 
 
 @ASYNC
-async def test_initialize_advertises_features_and_shutdown_exits_cleanly(workspace: Path):
+async def test_initialize_negotiates_settings_and_encoding_and_shutdown_exits_cleanly(workspace: Path):
     client = await ClientServerConfig(server_command=SERVER).start()
     try:
-        params = types.InitializeParams(capabilities=CAPABILITIES, root_uri=workspace.as_uri())
+        capabilities = types.ClientCapabilities(general=types.GeneralClientCapabilities(position_encodings=["utf-32"]))
+        params = types.InitializeParams(
+            capabilities=capabilities,
+            root_uri=workspace.as_uri(),
+            initialization_options={"dplint": {"ignore": ["DPL101"]}},
+        )
         result = await asyncio.wait_for(client.initialize_session(params), TIMEOUT)
-        capabilities = result.capabilities
         assert result.server_info.name == "dplint"
-        assert capabilities.hover_provider
-        assert "source.fixAll.dplint" in capabilities.code_action_provider.code_action_kinds
-        assert capabilities.text_document_sync.save
+        assert result.capabilities.position_encoding == types.PositionEncodingKind.Utf32
+        assert result.capabilities.hover_provider
+        assert "source.fixAll.dplint" in result.capabilities.code_action_provider.code_action_kinds
+        assert result.capabilities.text_document_sync.save
+
+        text = 'import torch\n\nlabel, y = "é😀", torch.ones(2, device="cuda: 0")\nx = torch.zeros(1)\nx.to("cuda")\n'
+        uri = write(workspace, "emoji.py", text)
+        open_document(client, uri, text)
+        (found,) = await diagnostics(client, uri, has("DPL102"))  # DPL101 ignored by initializationOptions
+        assert found.range.start.character == text.splitlines()[2].index('"cuda: 0"')  # code points, as negotiated
+
         await asyncio.wait_for(client.shutdown_session(), TIMEOUT)
         assert client._server.returncode == 0
     finally:
