@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import pytest
 
@@ -17,7 +18,8 @@ from pytest_lsp import ClientServerConfig, LanguageClient  # noqa: E402
 from dplint.docs import explain  # noqa: E402
 from dplint.rules import BY_CODE  # noqa: E402
 
-pytestmark = pytest.mark.asyncio(loop_scope="function")
+# One server for the module (starting one costs seconds); each test works in its own project folder.
+ASYNC = pytest.mark.asyncio(loop_scope="module")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -48,9 +50,9 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER))
-async def client(lsp_client: LanguageClient, workspace: Path):
-    await start(lsp_client, workspace)
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER), scope="module")
+async def client(lsp_client: LanguageClient, tmp_path_factory: pytest.TempPathFactory):
+    await start(lsp_client, tmp_path_factory.mktemp("editor"))
     yield
     await lsp_client.shutdown_session()
 
@@ -88,7 +90,8 @@ def open_document(client: LanguageClient, uri: str, text: str, version: int = 1)
 def replace_text(client: LanguageClient, uri: str, text: str, version: int) -> None:
     """A full-text didChange, as a client sends when it cannot send ranges."""
     change = types.TextDocumentContentChangeWholeDocument(text=text)
-    client.text_document_did_change(types.DidChangeTextDocumentParams(types.VersionedTextDocumentIdentifier(version, uri), [change]))
+    document = types.VersionedTextDocumentIdentifier(version, uri)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(document, [change]))
 
 
 async def diagnostics(
@@ -130,7 +133,9 @@ def apply_edits(text: str, edits: Sequence[types.TextEdit]) -> str:
     return text
 
 
-async def code_actions(client: LanguageClient, uri: str, where: types.Range, only: Optional[List[str]] = None) -> List[types.CodeAction]:
+async def code_actions(
+    client: LanguageClient, uri: str, where: types.Range, only: Optional[List[str]] = None
+) -> List[types.CodeAction]:
     params = types.CodeActionParams(
         types.TextDocumentIdentifier(uri), where, types.CodeActionContext(diagnostics=[], only=only)
     )
@@ -147,6 +152,7 @@ MOVE = 'import torch\n\ndevice = torch.device("cuda")\nx = torch.zeros(3)\nx.to(
 # ----- diagnostics ----------------------------------------------------------------------------------
 
 
+@ASYNC
 async def test_open_change_and_save_publish_diagnostics(client: LanguageClient, workspace: Path):
     uri = write(workspace, "train.py", MOVE)
     open_document(client, uri, MOVE)
@@ -175,6 +181,7 @@ async def test_open_change_and_save_publish_diagnostics(client: LanguageClient, 
     assert found.range.start.line == 3
 
 
+@ASYNC
 async def test_positions_are_utf16_code_units_after_non_ascii(client: LanguageClient, workspace: Path):
     text = 'import torch\n\nlabel, y = "é😀", torch.ones(2, device="cuda: 0")\n'
     uri = write(workspace, "emoji.py", text)
@@ -189,6 +196,7 @@ async def test_positions_are_utf16_code_units_after_non_ascii(client: LanguageCl
     assert apply_edits(text, fix.edit.changes[uri]) == text.replace('"cuda: 0"', '"cuda:0"')
 
 
+@ASYNC
 async def test_syntax_error_is_a_dpl000_diagnostic_and_the_server_stays_up(client: LanguageClient, workspace: Path):
     broken = "import torch\n\ndef f(:\n    x.to(device)\n"
     uri = write(workspace, "broken.py", broken)
@@ -201,6 +209,7 @@ async def test_syntax_error_is_a_dpl000_diagnostic_and_the_server_stays_up(clien
     await diagnostics(client, uri, has("DPL101"))
 
 
+@ASYNC
 async def test_internal_error_is_logged_and_keeps_the_last_diagnostics(workspace: Path):
     config = ClientServerConfig(server_command=CRASHING_SERVER)
     client = await config.start()
@@ -232,6 +241,7 @@ async def test_internal_error_is_logged_and_keeps_the_last_diagnostics(workspace
 # ----- code actions ---------------------------------------------------------------------------------
 
 
+@ASYNC
 async def test_fix_all_gives_the_fixed_fixture(client: LanguageClient, workspace: Path):
     text = (FIXTURES / "discarded_move.py").read_text()
     uri = write(workspace, "discarded_move.py", text)
@@ -244,6 +254,7 @@ async def test_fix_all_gives_the_fixed_fixture(client: LanguageClient, workspace
     assert apply_edits(text, action.edit.changes[uri]) == (FIXTURES / "discarded_move.fixed.py").read_text()
 
 
+@ASYNC
 async def test_quick_fix_and_disable_for_this_line(client: LanguageClient, workspace: Path):
     text = MOVE.replace("x.to(device)\n", 'x.to(device)\ny = torch.ones(2, device="cuda: 0")  # noqa: DPL999\n')
     uri = write(workspace, "train.py", text)
@@ -272,6 +283,7 @@ async def test_quick_fix_and_disable_for_this_line(client: LanguageClient, works
     await diagnostics(client, uri, has("DPL102"))
 
 
+@ASYNC
 async def test_unsafe_fix_is_labelled_and_not_preferred(client: LanguageClient, workspace: Path):
     text = 'import torch\n\nx = torch.zeros(1, device="gpu")\n'
     uri = write(workspace, "train.py", text)
@@ -285,9 +297,36 @@ async def test_unsafe_fix_is_labelled_and_not_preferred(client: LanguageClient, 
     assert await code_actions(client, uri, found.range, only=["source.fixAll"]) == []  # --fix leaves unsafe fixes alone
 
 
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # inside brackets: the finding's own line takes the comment
+        ('import torch\ny = torch.ones(\n    2, device="cuda: 0"\n)\n', '    2, device="cuda: 0"  # noqa: DPL102'),
+        # the line ends inside a string or after a backslash: no line can take a comment, so no action
+        ('import torch\ny = torch.ones(2, device="cuda: 0"), """\ndoc\n"""\n', None),
+        ('import torch\ny = torch.ones(2, device="cuda: 0") + \\\n    1\n', None),
+    ],
+)
+def test_disable_for_this_line_only_where_a_comment_can_go(text: str, expected: Optional[str]):
+    from pygls.workspace.position_codec import PositionCodec
+
+    from dplint.api import lint_source
+    from dplint.server.convert import Converter
+
+    (finding,) = lint_source(text, "train.py")
+    edit = Converter(text, PositionCodec()).noqa_edit(finding)
+    if expected is None:
+        assert edit is None
+        return
+    silenced = apply_edits(text, [edit])
+    assert expected in silenced.splitlines()
+    assert lint_source(silenced, "train.py") == []
+
+
 # ----- hover ----------------------------------------------------------------------------------------
 
 
+@ASYNC
 async def test_hover_on_a_diagnostic_shows_the_rule_docs(client: LanguageClient, workspace: Path):
     uri = write(workspace, "train.py", MOVE)
     open_document(client, uri, MOVE)
@@ -309,6 +348,7 @@ async def test_hover_on_a_diagnostic_shows_the_rule_docs(client: LanguageClient,
 # ----- configuration --------------------------------------------------------------------------------
 
 
+@ASYNC
 async def test_pyproject_is_reread_when_it_changes(client: LanguageClient, workspace: Path):
     pyproject = workspace / "pyproject.toml"
     pyproject.write_text('[tool.dplint]\nignore = ["DPL101"]\n')
@@ -322,27 +362,32 @@ async def test_pyproject_is_reread_when_it_changes(client: LanguageClient, works
     await diagnostics(client, uri, has("DPL101"))
 
 
+@ASYNC
 async def test_client_settings_override_pyproject(client: LanguageClient, workspace: Path):
     (workspace / "pyproject.toml").write_text('[tool.dplint]\nselect = ["DPL101"]\n')
     text = MOVE + 'y = torch.ones(2, device="cuda: 0")\n'
     uri = write(workspace, "train.py", text)
     open_document(client, uri, text)
     await diagnostics(client, uri, has("DPL101"))
+    try:
+        client.set_configuration({"select": ["DPL1"], "ignore": ["DPL101"]}, section="dplint")
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+        await diagnostics(client, uri, has("DPL102"))
 
-    client.set_configuration({"select": ["DPL1"], "ignore": ["DPL101"]}, section="dplint")
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
-    await diagnostics(client, uri, has("DPL102"))
-
-    # An unknown code is reported to the user; the file is still linted, with the pyproject settings.
-    client.set_configuration({"select": ["DPL999"]}, section="dplint")
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
-    await diagnostics(client, uri, has("DPL101"))
-    assert any("DPL999" in m.message and m.type == types.MessageType.Error for m in client.messages)
+        # An unknown code is reported to the user; the file is still linted, with the pyproject settings.
+        client.set_configuration({"select": ["DPL999"]}, section="dplint")
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+        await diagnostics(client, uri, has("DPL101"))
+        assert any("DPL999" in m.message and m.type == types.MessageType.Error for m in client.messages)
+    finally:
+        client.set_configuration({}, section="dplint")
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
 
 
 # ----- project facts across files ------------------------------------------------------------------
 
 
+@ASYNC
 async def test_unsaved_edit_of_the_wrapping_file_clears_dpl301(client: LanguageClient, workspace: Path):
     model = (FIXTURES / "crnn_model.py").read_text()
     train = (FIXTURES / "crnn_train.py").read_text().replace("from crnn_model import", "from models.crnn import")
@@ -372,28 +417,40 @@ async def test_unsaved_edit_of_the_wrapping_file_clears_dpl301(client: LanguageC
 # ----- lifecycle -----------------------------------------------------------------------------------
 
 
-async def test_initialize_advertises_features_and_shutdown_exits_cleanly(workspace: Path):
+@ASYNC
+async def test_initialize_negotiates_settings_and_encoding_and_shutdown_exits_cleanly(workspace: Path):
     client = await ClientServerConfig(server_command=SERVER).start()
     try:
-        params = types.InitializeParams(capabilities=CAPABILITIES, root_uri=workspace.as_uri())
+        capabilities = types.ClientCapabilities(general=types.GeneralClientCapabilities(position_encodings=["utf-32"]))
+        params = types.InitializeParams(
+            capabilities=capabilities,
+            root_uri=workspace.as_uri(),
+            initialization_options={"dplint": {"ignore": ["DPL101"]}},
+        )
         result = await asyncio.wait_for(client.initialize_session(params), TIMEOUT)
-        capabilities = result.capabilities
         assert result.server_info.name == "dplint"
-        assert capabilities.hover_provider
-        assert "source.fixAll.dplint" in capabilities.code_action_provider.code_action_kinds
-        assert capabilities.text_document_sync.save
+        assert result.capabilities.position_encoding == types.PositionEncodingKind.Utf32
+        assert result.capabilities.hover_provider
+        assert "source.fixAll.dplint" in result.capabilities.code_action_provider.code_action_kinds
+        assert result.capabilities.text_document_sync.save
+
+        text = 'import torch\n\nlabel, y = "é😀", torch.ones(2, device="cuda: 0")\nx = torch.zeros(1)\nx.to("cuda")\n'
+        uri = write(workspace, "emoji.py", text)
+        open_document(client, uri, text)
+        (found,) = await diagnostics(client, uri, has("DPL102"))  # DPL101 ignored by initializationOptions
+        assert found.range.start.character == text.splitlines()[2].index('"cuda: 0"')  # code points, as negotiated
+
         await asyncio.wait_for(client.shutdown_session(), TIMEOUT)
         assert client._server.returncode == 0
     finally:
         await client.stop()
 
 
-def test_cli_without_the_server_extra_says_how_to_install(tmp_path: Path):
-    import subprocess
-
-    blocker = tmp_path / "pygls.py"
-    blocker.write_text("raise ModuleNotFoundError('No module named pygls', name='pygls')\n")
-    env: Dict[str, str] = {"PYTHONPATH": str(tmp_path)}
-    result = subprocess.run(SERVER, capture_output=True, text=True, env={**__import__("os").environ, **env}, timeout=60)
-    assert result.returncode == 2
-    assert "pip install 'dplint[server]'" in result.stderr
+@ASYNC
+async def test_cli_without_the_server_extra_says_how_to_install(tmp_path: Path):
+    (tmp_path / "pygls.py").write_text("raise ModuleNotFoundError('No module named pygls', name='pygls')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    process = await asyncio.create_subprocess_exec(*SERVER, stderr=asyncio.subprocess.PIPE, env=env)
+    _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2
+    assert "pip install 'dplint[server]'" in stderr.decode()

@@ -6,9 +6,10 @@ dplint's locations are 1-based rows and 1-based columns counted in code points; 
 
 from __future__ import annotations
 
-import ast
+import functools
 import io
-from typing import Iterable, List, Optional, Sequence
+import tokenize
+from typing import Iterable, List, Optional, Set
 
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec, ServerTextPosition
@@ -37,10 +38,6 @@ class Converter:
     def range(self, start: Location, end: Location) -> types.Range:
         return types.Range(self.position(start), self.position(end))
 
-    def location(self, position: types.Position) -> Location:
-        server = self.codec.position_from_client_units(self.lines, types.Position(position.line, position.character))
-        return Location(server.line + 1, server.character + 1)
-
     def diagnostic(self, finding: Finding) -> types.Diagnostic:
         severity = types.DiagnosticSeverity.Warning if finding.severity == "warning" else types.DiagnosticSeverity.Error
         fix = None
@@ -68,37 +65,44 @@ class Converter:
             for edit in finding.fix.edits
         ]
 
-    def noqa_edit(self, text: str, finding: Finding) -> Optional[types.TextEdit]:
-        """Adds `# noqa: CODE` to the finding's line (or extends the `# noqa: ...` there), where the result still parses."""
+    def noqa_edit(self, finding: Finding) -> Optional[types.TextEdit]:
+        """Adds `# noqa: CODE` to the finding's line or its statement's first line, or extends the `# noqa: ...` there.
+
+        Only where a comment can end the line: never inside a multi-line string or after a backslash."""
+        rows = self._rows_taking_comments()
         for row in dict.fromkeys((finding.location.row, finding.noqa_row or finding.location.row)):
-            if not 0 < row <= len(self.lines):
+            if row not in rows:
                 continue
-            line = self.lines[row - 1]
-            body = line.rstrip("\r\n")
+            body = self.lines[row - 1].rstrip("\r\n")
             match = next((m for m in LINE_NOQA.finditer(body) if m.group("codes")), None)
             if match is not None:
                 column, content = match.end("codes"), f", {finding.code}"
             else:
                 column, content = len(body), f"  # noqa: {finding.code}"
             where = Location(row, column + 1)
-            offset = sum(len(previous) for previous in self.lines[: row - 1]) + column
-            if _parses(text[:offset] + content + text[offset:]):
-                return types.TextEdit(self.range(where, where), content)
+            return types.TextEdit(self.range(where, where), content)
         return None
 
-
-def _parses(text: str) -> bool:
-    try:
-        ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return True
+    def _rows_taking_comments(self) -> Set[int]:
+        """Rows whose end is outside any string: where tokenize sees a NEWLINE or NL."""
+        readline = functools.partial(next, iter(self.lines), "")
+        rows: Set[int] = set()
+        try:
+            for token in tokenize.generate_tokens(readline):
+                if token.type in (tokenize.NEWLINE, tokenize.NL):
+                    rows.add(token.start[0])
+        except (tokenize.TokenError, SyntaxError):
+            return set()
+        return rows
 
 
 def _edit_json(edit: types.TextEdit) -> dict:
     start, end = edit.range.start, edit.range.end
     return {
-        "range": {"start": {"line": start.line, "character": start.character}, "end": {"line": end.line, "character": end.character}},
+        "range": {
+            "start": {"line": start.line, "character": start.character},
+            "end": {"line": end.line, "character": end.character},
+        },
         "newText": edit.new_text,
     }
 
@@ -115,6 +119,3 @@ def contains(outer: types.Range, position: types.Position) -> bool:
     point = (position.line, position.character)
     return (outer.start.line, outer.start.character) <= point <= (outer.end.line, outer.end.character)
 
-
-def sorted_edits(edits: Sequence[types.TextEdit]) -> List[types.TextEdit]:
-    return sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character))

@@ -54,9 +54,12 @@ class DplintServer(LanguageServer):
     # ----- settings -----------------------------------------------------------------------------------
 
     def use_client_settings(self, raw: Any) -> None:
-        section = raw.get("dplint", raw) if isinstance(raw, Mapping) else {}
-        section = section.get("settings", section) if isinstance(section, Mapping) else {}
-        self.client_settings = {key: section[key] for key in CLIENT_SETTINGS if isinstance(section, Mapping) and section.get(key) is not None}
+        """`{"dplint": {...}}`, `{"settings": {...}}` or the settings themselves: editors nest them differently."""
+        for key in ("dplint", "settings"):
+            if isinstance(raw, Mapping) and isinstance(raw.get(key), Mapping):
+                raw = raw[key]
+        section = raw if isinstance(raw, Mapping) else {}
+        self.client_settings = {key: section[key] for key in CLIENT_SETTINGS if section.get(key) is not None}
 
     def settings_for(self, filename: str) -> Settings:
         """`[tool.dplint]` read afresh (so edits to it apply at once), overridden by the client's settings."""
@@ -203,7 +206,8 @@ async def pull_configuration(ls: DplintServer) -> bool:
     if not (workspace and workspace.configuration):
         return False
     values = await ls.workspace_configuration_async(types.ConfigurationParams([types.ConfigurationItem(section="dplint")]))
-    ls.use_client_settings({"dplint": values[0] if values else {}})
+    if values and values[0] is not None:  # no `dplint` section: keep what initializationOptions gave
+        ls.use_client_settings({"dplint": values[0]})
     return True
 
 
@@ -250,8 +254,7 @@ async def did_change_watched_files(ls: DplintServer, params: types.DidChangeWatc
         if filename is None:
             continue
         if filename.endswith(CONFIG_FILES):
-            ls.projects.clear()  # the exclusions may have changed: rescan on next use
-            ls.relint_others("")
+            ls.relint_others("")  # settings are read afresh for every lint
             return
         if filename.endswith(SOURCE_SUFFIXES) and change.uri not in ls.workspace.text_documents:
             project = ls.projects.get(project_root(Path(filename)))
@@ -305,7 +308,7 @@ def _quick_fixes(uri: str, linted: Linted, finding: Finding, diagnostic: types.D
                 is_preferred=safe,
             )
         )
-    noqa = linted.converter.noqa_edit(linted.text, finding)
+    noqa = linted.converter.noqa_edit(finding)
     if noqa is not None:
         actions.append(
             types.CodeAction(
