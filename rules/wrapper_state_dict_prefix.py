@@ -21,7 +21,8 @@ class WrapperStateDictPrefix(Rule):
     wrapped in `nn.DataParallel` or `DistributedDataParallel` in the same function, and for
     hand-rolled stripping of the prefix with `key.replace("module.", "")`. At runtime (`pytest
     --dplint`), `load_state_dict` whose keys differ from the model's only by the `module.` prefix
-    raises, also under `strict=False`.
+    raises, also under `strict=False`, and so does a checkpoint whose keys all carry the prefix
+    loaded into a model whose keys do not, even when they differ in more (a different head).
 
     ## Why is this bad?
     A wrapper's `state_dict()` keys all start with `module.`: a checkpoint saved from the wrapper
@@ -224,24 +225,4 @@ def _strips_prefix(call: cst.Call) -> bool:
         and old.evaluated_value == PREFIX
         and isinstance(new, cst.SimpleString)
         and new.evaluated_value == ""
-    )
-
-
-def prefix_mismatch(expected: AbstractSet[str], given: AbstractSet[str]) -> Optional[str]:
-    """At runtime: how a state_dict's keys differ from the model's, when only by the `module.` prefix."""
-    if not expected or not given or expected == given:
-        return None
-    if {key[len(PREFIX):] if key.startswith(PREFIX) else key for key in given} == expected:
-        return "the checkpoint's keys start with `module.` (saved from a DataParallel/DDP wrapper) and the model's do not"
-    if {PREFIX + key for key in given} == expected:
-        return "the model's keys start with `module.` (it is wrapped) and the checkpoint's do not"
-    return None
-
-
-def runtime_message(difference: str, strict: bool) -> str:
-    consequence = "strict loading fails" if strict else "`strict=False` would silently load nothing"
-    return (
-        f"load_state_dict: {difference}, so {consequence}; strip the prefix with "
-        '`consume_prefix_in_state_dict_if_present(state_dict, "module.")`, load into `model.module`, or save '
-        '`getattr(model, "module", model).state_dict()` in the first place.'
     )
