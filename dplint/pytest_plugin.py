@@ -1,8 +1,10 @@
 """pytest plugin: run tests with dplint's DataParallel runtime checks, on N simulated devices.
 
-Enabled by `--dplint`, the ini option `dplint = true`, or `@pytest.mark.dplint(devices=N)` on a test;
-otherwise it changes nothing. torch is imported only once the checks are on: the plugin is loaded
-by every pytest run of the environment.
+Enabled by `--dplint`, by `--dplint-devices N` (or the ini options `dplint = true`,
+`dplint_devices = N`), or for one test by `@pytest.mark.dplint(...)`; otherwise it changes nothing.
+Under the plugin the row-independence check (DPL309) is on: `--dplint-ignore DPL309` turns it off.
+torch is imported only once the checks are on: the plugin is loaded by every pytest run of the
+environment.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional
+from pathlib import Path
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -18,10 +21,28 @@ DEFAULT_SIMULATED_DEVICES = 2
 _STATE = pytest.StashKey["_PluginState"]()
 
 
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _codes(value: Any) -> bool:
+    return isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(code, str) for code in value)
+
+
+# What `@pytest.mark.dplint(...)` accepts: argument -> (what it takes, check of the value).
+MARKER_ARGUMENTS: Dict[str, Tuple[str, Callable[[Any], bool]]] = {
+    "devices": ("devices to simulate, a positive int", _positive_int),
+    "action": ("'raise' or 'warn'", lambda value: value in ("raise", "warn")),
+    "ignore": ("runtime codes not to report, a list such as ['DPL305']", _codes),
+    "ranks": ("ranks to run the test on in a gloo group, a positive int or True (--dplint-ranks)", lambda value: value is True or _positive_int(value)),
+}
+
+
 @dataclass
 class _PluginState:
     enabled: bool
     explicit_devices: Optional[int]
+    ignore: FrozenSet[str]
     annotations: List[str]
     _devices: Optional[int] = None
     _resolved: bool = False
@@ -49,19 +70,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         metavar="N",
         default=None,
-        help=f"devices to simulate on CPU (default: {DEFAULT_SIMULATED_DEVICES} when fewer GPUs are present)",
+        help=f"devices to simulate on CPU (default: {DEFAULT_SIMULATED_DEVICES} when fewer GPUs are present); turns the checks on",
+    )
+    group.addoption(
+        "--dplint-ignore",
+        action="append",
+        default=[],
+        metavar="CODES",
+        help="runtime codes not to report, comma-separated (e.g. DPL305,DPL309; DPL309 also skips its extra forward)",
     )
     group.addoption("--dplint-ranks", type=int, metavar="N", default=None, help="ranks for tests marked dplint(ranks=True) (default: 2)")
     parser.addini("dplint", type="bool", default=False, help="check every nn.DataParallel call in every test")
     parser.addini("dplint_ranks", default="", help="ranks for tests marked dplint(ranks=True)")
-    parser.addini("dplint_devices", default="", help="devices to simulate for dplint's runtime checks")
+    parser.addini("dplint_devices", default="", help="devices to simulate for dplint's runtime checks; turns them on")
+    parser.addini("dplint_ignore", type="args", default=[], help="runtime codes dplint does not report")
+
+
+def _split_codes(values: List[str]) -> FrozenSet[str]:
+    return frozenset(code.strip().upper() for value in values for code in value.split(",") if code.strip())
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "dplint(devices=None, action='raise'): run this test with dplint's DataParallel runtime checks",
-    )
+    accepted = ", ".join(f"{name}=<{what}>" for name, (what, _) in MARKER_ARGUMENTS.items())
+    config.addinivalue_line("markers", f"dplint({accepted}): run this test with dplint's DataParallel runtime checks")
     devices = config.getoption("dplint_devices")
     if devices is None and config.getini("dplint_devices"):
         try:
@@ -70,8 +101,17 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"dplint_devices must be an integer, got {config.getini('dplint_devices')!r}") from None
     if devices is not None and devices < 1:
         raise pytest.UsageError(f"--dplint-devices must be at least 1, got {devices}")
-    enabled = bool(config.getoption("dplint") or config.getini("dplint"))
-    config.stash[_STATE] = _PluginState(enabled, devices, [])
+    ignore = _split_codes(config.getoption("dplint_ignore") + list(config.getini("dplint_ignore")))
+    enabled = bool(config.getoption("dplint") or config.getini("dplint") or devices is not None)
+    if ignore:
+        from dplint.runtime import RUNTIME_CODES
+
+        unknown = sorted(ignore - RUNTIME_CODES)
+        if unknown:
+            raise pytest.UsageError(
+                f"--dplint-ignore: {', '.join(unknown)} not runtime codes; they are {', '.join(sorted(RUNTIME_CODES))}"
+            )
+    config.stash[_STATE] = _PluginState(enabled, devices, ignore, [])
 
 
 def pytest_report_header(config: pytest.Config) -> Optional[str]:
@@ -83,21 +123,39 @@ def pytest_report_header(config: pytest.Config) -> Optional[str]:
     return f"dplint: DataParallel runtime checks on, {where}"
 
 
-def _settings_for(item: pytest.Item) -> Optional[dict]:
+def _marker_usage_error(item: pytest.Item, problem: str) -> pytest.UsageError:
+    accepted = "; ".join(f"{name}: {what}" for name, (what, _) in MARKER_ARGUMENTS.items())
+    return pytest.UsageError(f"@pytest.mark.dplint on {item.nodeid}: {problem}. Accepted arguments: {accepted}.")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    for item in items:
+        for marker in item.iter_markers("dplint"):
+            if marker.args:
+                raise _marker_usage_error(item, f"positional arguments {marker.args!r} (use keywords)")
+            for name, value in marker.kwargs.items():
+                if name not in MARKER_ARGUMENTS:
+                    raise _marker_usage_error(item, f"unknown argument `{name}`")
+                what, valid = MARKER_ARGUMENTS[name]
+                if not valid(value):
+                    raise _marker_usage_error(item, f"`{name}={value!r}` is not {what}")
+
+
+def _settings_for(item: pytest.Item) -> Optional[Dict[str, Any]]:
     state = item.config.stash[_STATE]
     marker = item.get_closest_marker("dplint")
     if marker is None and not state.enabled:
         return None
-    settings = {"devices": state.devices, "action": "raise"}
+    settings: Dict[str, Any] = {"devices": state.devices, "action": "raise", "check_rows": True}
     if marker is not None and "ranks" in marker.kwargs:  # a distributed test: see pytest_pyfunc_call
         return None
     if marker is not None:
         settings.update(marker.kwargs)
+    settings["ignore"] = state.ignore | _split_codes(list(settings.get("ignore", ())))
     return settings
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+def _checked_phase(item: pytest.Item) -> Iterator[None]:
     settings = _settings_for(item)
     if settings is None:
         yield
@@ -119,6 +177,16 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Optional[bool]:
     return None if ranks is None else run_on_ranks(pyfuncitem, ranks)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    yield from _checked_phase(item)  # a fixture's forwards are the test's too
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    yield from _checked_phase(item)
+
+
 def _pitfall(excinfo: Optional[pytest.ExceptionInfo]) -> Any:
     if excinfo is None:
         return None
@@ -132,17 +200,33 @@ def _pitfall(excinfo: Optional[pytest.ExceptionInfo]) -> Any:
     return None
 
 
+def _inside_the_machinery(entry: Any) -> bool:
+    """Frames of torch's module calls and of dplint's runtime: not what the user wrote."""
+    import torch
+
+    from dplint import runtime
+
+    path = str(entry.path)
+    return any(path.startswith(str(Path(package.__file__).parent)) for package in (torch, runtime))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
     outcome = yield
-    if call.when != "call" or call.excinfo is None or "dplint.runtime" not in sys.modules:
+    if call.excinfo is None or "dplint.runtime" not in sys.modules:
         return
     pitfall = _pitfall(call.excinfo)
     if pitfall is None:
         return
     report = outcome.get_result()
-    where = f"\n\n{pitfall.module_class}.forward at {pitfall.filename}:{pitfall.lineno}" if pitfall.filename else ""
-    report.longrepr = f"{pitfall.code} {pitfall.message}{where}"
+    # As pytest shows any failed assertion: the test's own traceback down to the line that called
+    # the model, then the finding (code, message, the forward's location) as the error line.
+    def user_frames(excinfo: pytest.ExceptionInfo) -> Any:
+        traceback = excinfo.traceback
+        return traceback.cut(path=item.path).filter(excinfo).filter(lambda entry: not _inside_the_machinery(entry))
+
+    style = item.config.getoption("tbstyle", "auto")
+    report.longrepr = call.excinfo.getrepr(funcargs=True, style="long" if style == "auto" else style, tbfilter=user_frames)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         item.config.stash[_STATE].annotations.append(_annotation(pitfall))
 
@@ -162,21 +246,30 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 class RuntimeControl:
-    """What the `dplint_runtime` fixture gives a test: the checks, with the session's devices."""
+    """What the `dplint_runtime` fixture gives a test: the checks, with the session's devices and ignores."""
 
-    def __init__(self, devices: Optional[int]) -> None:
+    def __init__(self, devices: Optional[int], ignore: FrozenSet[str]) -> None:
         self.devices = devices
+        self.ignore = ignore
         self._installed = 0
 
-    def checking(self, devices: Optional[int] = None, action: str = "raise"):
+    def _settings(self, devices: Optional[int], action: str, ignore: Any, check_rows: bool) -> Dict[str, Any]:
+        return {
+            "devices": devices or self.devices,
+            "action": action,
+            "ignore": self.ignore | _split_codes(list(ignore)),
+            "check_rows": check_rows,
+        }
+
+    def checking(self, devices: Optional[int] = None, action: str = "raise", ignore: Any = (), check_rows: bool = True):
         from dplint import runtime
 
-        return runtime.checking(devices=devices or self.devices, action=action)
+        return runtime.checking(**self._settings(devices, action, ignore, check_rows))
 
-    def install(self, devices: Optional[int] = None, action: str = "raise") -> None:
+    def install(self, devices: Optional[int] = None, action: str = "raise", ignore: Any = (), check_rows: bool = True) -> None:
         from dplint import runtime
 
-        runtime.install(devices=devices or self.devices, action=action)
+        runtime.install(**self._settings(devices, action, ignore, check_rows))
         self._installed += 1
 
     def uninstall(self) -> None:
@@ -190,7 +283,8 @@ class RuntimeControl:
 @pytest.fixture
 def dplint_runtime(request: pytest.FixtureRequest) -> Iterator[RuntimeControl]:
     """Explicit control of the runtime checks; installs left open by the test are undone after it."""
-    control = RuntimeControl(request.config.stash[_STATE].devices)
+    state = request.config.stash[_STATE]
+    control = RuntimeControl(state.devices, state.ignore)
     yield control
     while control._installed:
         control.uninstall()

@@ -625,14 +625,3 @@ class BatchDimMovedInForward(WrappedForwardRule):
             help=f"Return the batch at dim {wrap.dim} (permute back before `return`) and permute after calling the wrapped model.",
             statement=layout.mover_statement,
         )
-
-
-def gathered_output_message(where: str, per_replica: Sequence[int], gathered: Sequence[int], batch: int, dim: int, moved_to: int) -> str:
-    """The runtime check's finding: a gathered output whose size along `dim` is not the batch size."""
-    return (
-        f"forward returned {list(per_replica)} per replica ({where}); gathered along dim {dim} this became "
-        f"{list(gathered)} for a batch of {batch}: the batch dimension is at dim {moved_to} of the output, so "
-        f"DataParallel concatenated along the wrong dimension and silently mixed up samples. A permute/transpose "
-        f"in forward likely moved the batch: permute back before returning, and apply the permute after the "
-        f"DataParallel call."
-    )

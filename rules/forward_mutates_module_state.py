@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Sequence
+from typing import Iterator
 
 import libcst as cst
 
@@ -19,10 +19,11 @@ class ForwardMutatesModuleState(WrappedForwardRule):
     (`self.steps += 1`, `self.cache = x`). In-place updates of registered buffers
     (`self.running.mul_(0.9)`) are how BatchNorm keeps statistics and are not reported.
 
-    At runtime, compares the attributes (other than parameters, buffers and submodules) of the
-    wrapped module and its submodules before and after each `nn.DataParallel` forward, and reports
-    `forward` rebinding one (`self.steps += 1`, `self.cache = x`) or changing a list, dict or set
-    attribute in place (`self.history.append(loss)`).
+    At runtime, compares each replica of the wrapped module and its submodules before and after
+    its forward, and reports `forward` rebinding an attribute (`self.steps += 1`), a registered
+    buffer (`self.ema = 0.9 * self.ema + ...`), a parameter or a child module, or changing a list,
+    dict, set or plain tensor attribute in place (`self.history.append(loss)`, `self.cache[k] = v`,
+    `self.total += loss`).
 
     ## Why is this bad?
     DataParallel runs `forward` on replicas: shallow copies of the module made for every call. A
@@ -45,8 +46,10 @@ class ForwardMutatesModuleState(WrappedForwardRule):
 
     ## Known problems
     Statically, only `forward` itself is read, not the methods it calls. At runtime, attributes are
-    compared one level deep: a change inside an object held by an attribute is not seen; torch's own
-    modules (which refresh private caches in forward) are skipped.
+    compared one level deep: a change inside an object held by an attribute is not seen. What torch
+    maintains itself is left alone: torch's own modules, the attributes torch's base classes use (a
+    user subclass of `nn.LSTM` refreshes `_flat_weights`), and those recomputed by `spectral_norm`,
+    `weight_norm` and pruning hooks.
     """
 
     code = "DPL304"
@@ -177,11 +180,3 @@ class ForwardMutatesModuleState(WrappedForwardRule):
 
 def _is_self_attribute(target: cst.BaseExpression, self_name) -> bool:
     return isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == self_name
-
-
-def message(class_name: str, changes: Sequence[str]) -> str:
-    return (
-        f"`{class_name}.forward` {', '.join(changes)}: under DataParallel, forward runs on per-call replicas, so "
-        "rebindings are lost when the call returns and in-place changes race between replicas' threads; keep "
-        "the state outside the module, or in a registered buffer updated in place."
-    )

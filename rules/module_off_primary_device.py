@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence
 
 import libcst as cst
 
@@ -9,8 +9,6 @@ from dplint.context import FileContext
 from dplint.analysis.facts import DATA_PARALLEL, ProjectFacts
 from dplint.analysis.inference import Inference, Scope
 from dplint.rule import Invalid, Report, Rule, Valid
-
-SHOWN = 5
 
 
 class ModuleOffPrimaryDevice(Rule):
@@ -126,16 +124,6 @@ class ModuleOffPrimaryDevice(Rule):
                         help=f"Move the module to `cuda:{ids[0]}`, or list `{moved}` first in `device_ids`.",
                         statement=small,
                     )
-
-
-def message(offenders: Sequence[Tuple[str, str]], expected: str) -> str:
-    named = ", ".join(f"{name} on {device}" for name, device in offenders[:SHOWN])
-    more = f" and {len(offenders) - SHOWN} more" if len(offenders) > SHOWN else ""
-    return (
-        f"{named}{more}, expected {expected}: DataParallel broadcasts the module from device_ids[0], so every "
-        f"parameter and buffer must be there before the call; call `model.to({expected!r})` after building "
-        "or changing the model, before the forward."
-    )
 
 
 def _device_ids(call: cst.Call) -> Optional[List[int]]:

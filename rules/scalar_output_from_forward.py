@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Sequence
+from typing import Iterator
 
 import libcst as cst
 
@@ -182,17 +182,3 @@ def _returned(value: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
                 yield element.value
     else:
         yield value
-
-
-def message(where: str, replicas: int, chunk_sizes: Sequence[int]) -> str:
-    uneven = len(set(chunk_sizes)) > 1
-    weighting = (
-        f"and the chunks are uneven ({list(chunk_sizes)}), so averaging it weights samples unequally"
-        if uneven
-        else "so `backward()` needs a reduction and any average over it ignores how the batch was split"
-    )
-    return (
-        f"forward returned a 0-dim tensor ({where}) on each replica; DataParallel gathered it into a vector of "
-        f"{replicas} values, one per replica, {weighting}; return per-sample values (`reduction=\"none\"`) and "
-        "reduce after the call."
-    )

@@ -33,10 +33,3 @@ class SingleDeviceDataParallel(Rule):
     summary = "DataParallel over a single device adds overhead and no parallelism."
     severity = "warning"
     runtime_only = True
-
-
-MESSAGE = (
-    "DataParallel runs over a single device: there is no parallelism, only overhead, and none of the "
-    "multi-GPU behaviour is exercised; use `model.to(device)` instead, or test with more devices "
-    "(`dplint.runtime.checking(devices=2)`)."
-)

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from typing import Sequence
-
 from dplint.rule import Rule
 
 
@@ -36,12 +34,3 @@ class UnevenBatch(Rule):
     summary = "A DataParallel batch splits into fewer chunks than devices, leaving devices idle."
     severity = "warning"
     runtime_only = True
-
-
-def message(batch: int, devices: int, chunk_sizes: Sequence[int]) -> str:
-    idle = devices - len(chunk_sizes)
-    return (
-        f"a batch of {batch} on {devices} devices splits into {len(chunk_sizes)} chunks {list(chunk_sizes)}, so "
-        f"{idle} device{'s' * (idle != 1)} sit{'s' * (idle == 1)} idle; use a batch size that is a multiple of "
-        "the device count (and `drop_last=True` for the last batch)."
-    )

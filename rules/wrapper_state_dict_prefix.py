@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import AbstractSet, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -32,7 +32,9 @@ class WrapperStateDictPrefix(Rule):
     `k[7:]`, `k[len("module."):]`, `k.replace("module.", "")`, `k.split("module.", 1)[-1]`,
     `k.lstrip("module.")`, in loops or dict comprehensions, and misspelt prefixes (`"modules."`).
     At runtime (`pytest --dplint`), `load_state_dict` whose keys differ from the model's only by the
-    `module.` prefix is reported, also under `strict=False`.
+    `module.` prefix is reported, also under `strict=False`, and so is a checkpoint whose keys all
+    carry the prefix loaded into a model whose keys do not, even when they differ in more (a
+    different head).
 
     ## Why is this bad?
     A wrapper's `state_dict()` keys all start with `module.`: the checkpoint does not load into the
@@ -403,22 +405,3 @@ def _int_value(node: Optional[cst.BaseExpression]) -> Optional[int]:
         return -int(node.expression.value)
     return None
 
-
-def prefix_mismatch(expected: AbstractSet[str], given: AbstractSet[str]) -> Optional[str]:
-    """At runtime: how a state_dict's keys differ from the model's, when only by the `module.` prefix."""
-    if not expected or not given or expected == given:
-        return None
-    if {key[len(PREFIX):] if key.startswith(PREFIX) else key for key in given} == expected:
-        return "the checkpoint's keys start with `module.` (saved from a DataParallel/DDP wrapper) and the model's do not"
-    if {PREFIX + key for key in given} == expected:
-        return "the model's keys start with `module.` (it is wrapped) and the checkpoint's do not"
-    return None
-
-
-def runtime_message(difference: str, strict: bool) -> str:
-    consequence = "strict loading fails" if strict else "`strict=False` would silently load nothing"
-    return (
-        f"load_state_dict: {difference}, so {consequence}; strip the prefix with "
-        '`consume_prefix_in_state_dict_if_present(state_dict, "module.")`, load into `model.module`, or save '
-        '`getattr(model, "module", model).state_dict()` in the first place.'
-    )

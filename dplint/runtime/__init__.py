@@ -5,9 +5,20 @@
     with runtime.checking(devices=4):
         nn.DataParallel(model)(batch)  # scattered, replicated, applied and gathered as on 4 GPUs
 
-The simulation and its checks live in `dplint.runtime.dataparallel`.
+- `dataparallel`: the settings (per thread), the patches, and the checks around each forward;
+- `simulation`: DataParallel's scatter, replicate, parallel_apply and gather for simulated devices;
+- `module_state`: what a replica's forward changed (DPL304);
+- `messages`: the findings' texts.
 """
 
-from dplint.runtime.dataparallel import PitfallError, PitfallWarning, checking, install, is_installed, uninstall
+from dplint.runtime.dataparallel import (
+    RUNTIME_CODES,
+    PitfallError,
+    PitfallWarning,
+    checking,
+    install,
+    is_installed,
+    uninstall,
+)
 
-__all__ = ["PitfallError", "PitfallWarning", "checking", "install", "is_installed", "uninstall"]
+__all__ = ["RUNTIME_CODES", "PitfallError", "PitfallWarning", "checking", "install", "is_installed", "uninstall"]

@@ -4,39 +4,36 @@
         model = nn.DataParallel(Net())
         model(batch)  # scattered into 2 chunks, run on 2 replicas, gathered: as on 2 GPUs
 
-Simulation follows DataParallel's own code (torch/nn/parallel): inputs are split with
-`tensor.chunk(n, dim)` (so 30 on 8 devices is [4]*7 + [2]), non-tensors are shared by every
-replica, keyword arguments are padded the way `scatter_kwargs` pads them, every replica is a
-`_replicate_for_data_parallel` copy (attribute assignments in forward are lost, buffers are shared
-only by the first replica), and outputs are gathered recursively by concatenation along `dim`.
+A simulated forward takes torch's own steps (`DataParallel.forward`): the wrapper's `scatter`,
+`replicate`, `parallel_apply` and `gather` are called, so a subclass's overrides run; the base
+class's versions do what torch's do, for simulated devices (`dplint.runtime.simulation`).
+
+Settings are per thread (per context, `contextvars`): `checking()` in one thread leaves every other
+thread's DataParallel calls as they were. torch itself is patched while any thread has the checks on;
+only `DataParallel.__init__` stays wrapped from the import of this module on, to keep each wrapper's
+`dim` and `device_ids`, which torch drops on machines without GPUs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import threading
 import warnings
 import weakref
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
-from dplint.rules import (
-    batch_dim_moved,
-    forward_mutates_module_state,
-    module_off_primary_device,
-    scalar_output_from_forward,
-    single_device_data_parallel,
-    uneven_batch,
-    wrapper_state_dict_prefix,
-)
+from dplint.runtime import messages, module_state, simulation
 
-__all__ = ["PitfallError", "PitfallWarning", "checking", "install", "is_installed", "uninstall"]
+__all__ = ["RUNTIME_CODES", "PitfallError", "PitfallWarning", "checking", "install", "is_installed", "uninstall"]
 
+RUNTIME_CODES = frozenset({"DPL103", "DPL301", "DPL303", "DPL304", "DPL305", "DPL306", "DPL307", "DPL309", "DPL310"})
 ADVICE = frozenset({"DPL306", "DPL307"})
 ACTIONS = ("raise", "warn")
 
@@ -68,256 +65,266 @@ class PitfallWarning(_Located, UserWarning):
 
 
 def _forward_location(cls: type) -> Tuple[Optional[str], Optional[int]]:
+    """Where the module's own `forward` is; None for torch's (a module without forward, or torch's class)."""
     try:
         function = inspect.unwrap(cls.forward)
+        if function.__module__.startswith("torch."):
+            return None, None
         return inspect.getsourcefile(function), inspect.getsourcelines(function)[1]
     except (TypeError, OSError, AttributeError):
         return None, None
 
 
-@dataclass(frozen=True)
-class _Settings:
-    devices: Optional[int]
-    action: str
+# ----- settings, per context, and the patches, process-wide ------------------------------------------
 
+
+@dataclass(frozen=True)
+class Settings:
+    devices: Optional[int] = None
+    action: str = "raise"
+    ignore: FrozenSet[str] = frozenset()
+    check_rows: bool = False
+
+
+_settings: contextvars.ContextVar[Tuple[Settings, ...]] = contextvars.ContextVar("dplint_runtime_settings", default=())
+_simulated_call: contextvars.ContextVar[Optional["_Call"]] = contextvars.ContextVar("dplint_simulated_call", default=None)
 
 _lock = threading.RLock()
-_stack: List[_Settings] = []
-_original_forward = nn.DataParallel.forward
-_original_init = nn.DataParallel.__init__
-_original_apply = nn.Module._apply
-_original_load_state_dict = nn.Module.load_state_dict
+_installs = [0]  # install() calls not yet undone, all threads together: torch stays patched while > 0
+_originals: Dict[Tuple[type, str], Any] = {}  # what each patch replaced, for calling it and for restoring it
 _hook_handles: List[Any] = []
 # Bumped whenever a parameter or buffer may have been added or moved; DPL103 re-checks only then.
 _generation = [0]
 _warning_registry: Dict[Any, Any] = {}  # shows each advice once per place, not once per training step
-_device_checks: "weakref.WeakKeyDictionary[nn.DataParallel, Tuple[int, Optional[str]]]" = weakref.WeakKeyDictionary()
+_device_checks: "weakref.WeakKeyDictionary[nn.DataParallel, Tuple[str, Optional[str]]]" = weakref.WeakKeyDictionary()
+_unknown_dim_reported: "weakref.WeakSet[nn.DataParallel]" = weakref.WeakSet()
 
 
-def install(*, devices: Optional[int] = None, action: str = "raise") -> None:
-    """Check every DataParallel forward from now on (calls nest: each install needs one uninstall)."""
+def _validated(devices: Optional[int], action: str, ignore: Iterable[str], check_rows: bool) -> Settings:
     if devices is not None and (not isinstance(devices, int) or isinstance(devices, bool) or devices < 1):
         raise ValueError(f"devices must be a positive int or None, got {devices!r}")
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {ACTIONS}, got {action!r}")
+    if isinstance(ignore, str):
+        raise ValueError(f"ignore must be a list of codes, got the string {ignore!r}")
+    codes = frozenset(code.upper() for code in ignore)
+    unknown = sorted(codes - RUNTIME_CODES)
+    if unknown:
+        raise ValueError(f"ignore: {', '.join(unknown)} not runtime codes; they are {', '.join(sorted(RUNTIME_CODES))}")
+    if not isinstance(check_rows, bool):
+        raise ValueError(f"check_rows must be True or False, got {check_rows!r}")
+    return Settings(devices, action, codes, check_rows)
+
+
+def install(
+    *, devices: Optional[int] = None, action: str = "raise", ignore: Iterable[str] = (), check_rows: bool = False
+) -> None:
+    """Check every DataParallel forward of this thread (context) from now on; each install needs one uninstall.
+
+    devices: simulate this many devices when fewer GPUs exist (None: only the real GPUs).
+    action: "raise" a PitfallError, or "warn" with a PitfallWarning (advice codes always warn).
+    ignore: runtime codes not to report (e.g. ["DPL305"]); ignoring DPL309 also skips its extra forward.
+    check_rows: DPL309, compare each simulated output with one forward of the whole batch (costs that forward).
+    """
+    settings = _validated(devices, action, ignore, check_rows)
     with _lock:
-        if not _stack:
+        if not _installs[0]:
             _device_checks.clear()  # moves made while uninstalled were not tracked
-            nn.DataParallel.forward = _checked_forward  # type: ignore[method-assign]
-            nn.DataParallel.__init__ = _recording_init  # type: ignore[method-assign]
-            nn.Module._apply = _tracking_apply  # type: ignore[method-assign]
-            nn.Module.load_state_dict = _checked_load_state_dict  # type: ignore[method-assign]
-            registration = torch.nn.modules.module
-            _hook_handles.append(registration.register_module_parameter_registration_hook(_parameters_changed))
-            _hook_handles.append(registration.register_module_buffer_registration_hook(_parameters_changed))
-        _stack.append(_Settings(devices, action))
+            _patch()
+        _installs[0] += 1
+    _settings.set(_settings.get() + (settings,))
 
 
 def uninstall() -> None:
-    """Undo the latest `install`; the last one restores `DataParallel.forward` exactly."""
+    """Undo this thread's latest `install`; the last one anywhere restores what dplint patched in torch."""
+    stack = _settings.get()
+    if not stack:
+        return
+    _settings.set(stack[:-1])
     with _lock:
-        if not _stack:
-            return
-        _stack.pop()
-        if not _stack:
-            nn.DataParallel.forward = _original_forward  # type: ignore[method-assign]
-            nn.DataParallel.__init__ = _original_init  # type: ignore[method-assign]
-            nn.Module._apply = _original_apply  # type: ignore[method-assign]
-            nn.Module.load_state_dict = _original_load_state_dict  # type: ignore[method-assign]
-            while _hook_handles:
-                _hook_handles.pop().remove()
+        _installs[0] -= 1
+        if not _installs[0]:
+            _unpatch()
 
 
 def is_installed() -> bool:
-    return bool(_stack)
+    """Whether the checks are on in this thread (context)."""
+    return bool(_settings.get())
 
 
 @contextlib.contextmanager
-def checking(devices: Optional[int] = None, action: str = "raise") -> Iterator[None]:
-    """Check every DataParallel forward inside the block."""
-    install(devices=devices, action=action)
+def checking(
+    devices: Optional[int] = None, action: str = "raise", ignore: Iterable[str] = (), check_rows: bool = False
+) -> Iterator[None]:
+    """Check every DataParallel forward of this thread inside the block; arguments as for `install`."""
+    install(devices=devices, action=action, ignore=ignore, check_rows=check_rows)
     try:
         yield
     finally:
         uninstall()
 
 
+def _current() -> Optional[Settings]:
+    stack = _settings.get()
+    return stack[-1] if stack else None
+
+
+def _patches() -> List[Tuple[type, str, Callable[..., Any]]]:
+    return [
+        (nn.DataParallel, "forward", _checked_forward),
+        (nn.DataParallel, "scatter", _scatter),
+        (nn.DataParallel, "replicate", _replicate),
+        (nn.DataParallel, "parallel_apply", _parallel_apply),
+        (nn.DataParallel, "gather", _gather),
+        (nn.Module, "_apply", _tracking_apply),
+        (nn.Module, "load_state_dict", _checked_load_state_dict),
+    ]
+
+
+def _patch() -> None:
+    for owner, name, ours in _patches():
+        current = owner.__dict__[name]
+        if current is not ours:
+            _originals[(owner, name)] = current
+            setattr(owner, name, ours)
+    registration = torch.nn.modules.module
+    _hook_handles.append(registration.register_module_parameter_registration_hook(_parameters_changed))
+    _hook_handles.append(registration.register_module_buffer_registration_hook(_parameters_changed))
+
+
+def _unpatch() -> None:
+    """Restore only what is still dplint's patch: a later patch by someone else stays (and calls ours)."""
+    for owner, name, ours in _patches():
+        if owner.__dict__.get(name) is ours:
+            setattr(owner, name, _originals[(owner, name)])
+    while _hook_handles:
+        _hook_handles.pop().remove()
+
+
+def _original(owner: type, name: str) -> Any:
+    return _originals[(owner, name)]
+
+
 def _recording_init(self: nn.DataParallel, module: nn.Module, device_ids=None, output_device=None, dim: int = 0) -> None:
-    _original_init(self, module, device_ids, output_device, dim)
-    # Without CUDA, DataParallel returns from __init__ before storing `dim`; simulation needs it.
-    self._dplint_dim = dim
+    _original(nn.DataParallel, "__init__")(self, module, device_ids, output_device, dim)
+    # Without CUDA, DataParallel returns from __init__ before storing these; simulation needs them.
+    if not hasattr(self, "dim"):
+        self.dim = dim
+    self._dplint_device_ids = None if device_ids is None else list(device_ids)
 
 
-def _parameters_changed(*args: Any) -> None:
-    _generation[0] += 1
+def _record_wrappers() -> None:
+    """From the import of dplint.runtime on, every wrapper keeps its `dim` and `device_ids`, so one
+    built before `checking()` (a tutorial's model, a pytest fixture's) is simulated as it was built."""
+    if nn.DataParallel.__dict__["__init__"] is not _recording_init:
+        _originals[(nn.DataParallel, "__init__")] = nn.DataParallel.__dict__["__init__"]
+        nn.DataParallel.__init__ = _recording_init  # type: ignore[method-assign]
+
+
+_record_wrappers()
+
+
+def _parameters_changed(module: nn.Module, *args: Any) -> None:
+    if not getattr(module, "_is_replica", False):  # dplint's own replicas change nothing DPL103 checks
+        _generation[0] += 1
 
 
 def _tracking_apply(self: nn.Module, *args: Any, **kwargs: Any) -> nn.Module:
     _generation[0] += 1
-    return _original_apply(self, *args, **kwargs)
+    return _original(nn.Module, "_apply")(self, *args, **kwargs)
+
+
+# ----- DPL303 at load_state_dict ---------------------------------------------------------------------
+
+
+def _state_dict_keys(module: nn.Module) -> Optional[set]:
+    """The keys `module.state_dict()` would have, without running it (it runs hooks); None when
+    a submodule customises saving, so only `state_dict()` itself would know."""
+    keys = set()
+    for prefix, submodule in module.named_modules(remove_duplicate=False):
+        cls = type(submodule)
+        if (
+            submodule._state_dict_hooks
+            or submodule._state_dict_pre_hooks
+            or cls.state_dict is not nn.Module.state_dict
+            or cls._save_to_state_dict is not nn.Module._save_to_state_dict
+        ):
+            return None
+        dotted = prefix + "." if prefix else ""
+        keys.update(dotted + key for key, value in submodule._parameters.items() if value is not None)
+        keys.update(
+            dotted + key
+            for key, value in submodule._buffers.items()
+            if value is not None and key not in submodule._non_persistent_buffers_set
+        )
+        if cls.get_extra_state is not nn.Module.get_extra_state:
+            keys.add(dotted + "_extra_state")
+    return keys
 
 
 def _checked_load_state_dict(self: nn.Module, state_dict: Any, strict: bool = True, *args: Any, **kwargs: Any) -> Any:
-    """DPL303: keys that differ from the model's only by the `module.` prefix (silent under strict=False)."""
-    settings = _stack[-1] if _stack else None
-    if settings is not None and hasattr(state_dict, "keys"):
-        difference = wrapper_state_dict_prefix.prefix_mismatch(set(self.state_dict().keys()), set(state_dict.keys()))
+    """DPL303: keys that differ from the model's by the `module.` prefix (under strict=False, nothing loads)."""
+    settings = _current()
+    if settings is not None and "DPL303" not in settings.ignore and hasattr(state_dict, "keys"):
+        given = set(state_dict.keys())
+        prefixed = any(isinstance(key, str) and key.startswith(messages.PREFIX) for key in given)
+        expected = _state_dict_keys(self) if prefixed or "module" in self._modules else None
+        difference = messages.prefix_mismatch(expected, given) if expected is not None else None
         if difference is not None:
-            message = wrapper_state_dict_prefix.runtime_message(difference, strict)
+            message = messages.wrapper_state_dict_prefix(difference, strict)
             if settings.action == "raise":
                 raise PitfallError("DPL303", message, self)
             warnings.warn(PitfallWarning("DPL303", message, self), stacklevel=2)
-    return _original_load_state_dict(self, state_dict, strict, *args, **kwargs)
+    return _original(nn.Module, "load_state_dict")(self, state_dict, strict, *args, **kwargs)
+
+
+# ----- the forward, and DataParallel's steps under simulation -----------------------------------------
 
 
 def _checked_forward(self: nn.DataParallel, *inputs: Any, **kwargs: Any) -> Any:
-    settings = _stack[-1] if _stack else None
+    settings = _current()
     if settings is None:
-        return _original_forward(self, *inputs, **kwargs)
+        return _original(nn.DataParallel, "forward")(self, *inputs, **kwargs)
     return _Call(self, settings).run(inputs, kwargs)
 
 
-# ----- DataParallel's semantics, for simulated devices ----------------------------------------------
+def _simulating(wrapper: nn.DataParallel) -> Optional["_Call"]:
+    call = _simulated_call.get()
+    return call if call is not None and call.wrapper is wrapper else None
 
 
-def _is_namedtuple(obj: Any) -> bool:
-    return isinstance(obj, tuple) and hasattr(obj, "_asdict") and hasattr(obj, "_fields")
+def _scatter(self: nn.DataParallel, inputs: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]], device_ids: Sequence[Any]) -> Any:
+    call = _simulating(self)
+    if call is None:
+        return _original(nn.DataParallel, "scatter")(self, inputs, kwargs, device_ids)
+    return simulation.scatter_kwargs(inputs, kwargs or {}, len(device_ids), call.dim)
 
 
-def scatter(obj: Any, devices: int, dim: int) -> List[Any]:
-    """`torch.nn.parallel.scatter` onto `devices` simulated devices."""
-    if isinstance(obj, torch.Tensor):
-        return list(obj.chunk(devices, dim))
-    if _is_namedtuple(obj):
-        return [type(obj)(*args) for args in zip(*(scatter(o, devices, dim) for o in obj))]
-    if isinstance(obj, tuple) and len(obj) > 0:
-        return list(zip(*(scatter(o, devices, dim) for o in obj)))
-    if isinstance(obj, list) and len(obj) > 0:
-        return [list(i) for i in zip(*(scatter(o, devices, dim) for o in obj))]
-    if isinstance(obj, dict) and len(obj) > 0:
-        return [type(obj)(i) for i in zip(*(scatter(o, devices, dim) for o in obj.items()))]
-    return [obj for _ in range(devices)]
+def _replicate(self: nn.DataParallel, module: nn.Module, device_ids: Sequence[Any]) -> List[nn.Module]:
+    if _simulating(self) is None:
+        return _original(nn.DataParallel, "replicate")(self, module, device_ids)
+    return simulation.replicate(module, len(device_ids), not torch.is_grad_enabled())
 
 
-def scatter_kwargs(inputs: Tuple[Any, ...], kwargs: Dict[str, Any], devices: int, dim: int):
-    """`torch.nn.parallel.scatter_kwargs`, including its padding (and its quirk of comparing to `inputs`)."""
-    scattered_inputs = scatter(inputs, devices, dim) if inputs else []
-    scattered_kwargs = scatter(kwargs, devices, dim) if kwargs else []
-    if len(scattered_inputs) < len(scattered_kwargs):
-        scattered_inputs.extend(() for _ in range(len(scattered_kwargs) - len(scattered_inputs)))
-    elif len(scattered_kwargs) < len(inputs):
-        scattered_kwargs.extend({} for _ in range(len(scattered_inputs) - len(scattered_kwargs)))
-    return tuple(scattered_inputs), tuple(scattered_kwargs)
+def _parallel_apply(self: nn.DataParallel, replicas: Sequence[nn.Module], inputs: Sequence[Any], kwargs: Any) -> List[Any]:
+    call = _simulating(self)
+    if call is None:
+        return _original(nn.DataParallel, "parallel_apply")(self, replicas, inputs, kwargs)
+    return simulation.parallel_apply(replicas, inputs, kwargs, call.device_ids[: len(replicas)])
 
 
-def replicate(module: nn.Module, copies: int) -> List[nn.Module]:
-    """`torch.nn.parallel.replicate` without devices: parameters become non-leaf views (gradients
-    reach the originals), the first replica shares the buffers, the others get copies."""
-    modules = list(module.modules())
-    index = {m: i for i, m in enumerate(modules)}
-    replicas = [[m._replicate_for_data_parallel() for m in modules] for _ in range(copies)]
-    for i, original in enumerate(modules):
-        for j in range(copies):
-            replica = replicas[j][i]
-            for key, child in original._modules.items():
-                if child is None:
-                    replica._modules[key] = None
-                else:
-                    setattr(replica, key, replicas[j][index[child]])
-            for key, param in original._parameters.items():
-                if param is None:
-                    replica._parameters[key] = None
-                else:
-                    setattr(replica, key, param.view_as(param))
-            for key, buffer in original._buffers.items():
-                if buffer is None:
-                    replica._buffers[key] = None
-                else:
-                    setattr(replica, key, buffer if j == 0 else buffer.clone())
-    return [replicas[j][0] for j in range(copies)]
-
-
-def parallel_apply(replicas: Sequence[nn.Module], inputs: Sequence[Any], kwargs: Sequence[Dict[str, Any]]) -> List[Any]:
-    if len(replicas) != len(inputs):
-        raise AssertionError(f"The number of modules {len(replicas)} is not equal to the number of inputs {len(inputs)}")
-    if len(replicas) != len(kwargs):
-        raise AssertionError(f"The number of modules {len(replicas)} is not equal to the number of kwargs_tup {len(kwargs)}")
-    outputs = []
-    for replica, positional, keywords in zip(replicas, inputs, kwargs):
-        if not isinstance(positional, (list, tuple)):
-            positional = (positional,)
-        outputs.append(replica(*positional, **keywords))
-    return outputs
-
-
-def gather(outputs: Sequence[Any], dim: int) -> Any:
-    """`torch.nn.parallel.gather`: tensors concatenated along `dim`, containers recursively."""
-    out = outputs[0]
-    if isinstance(out, torch.Tensor):
-        tensors = list(outputs)
-        if all(t.dim() == 0 for t in tensors) and dim == 0:
-            tensors = [t.view(1) for t in tensors]
-            warnings.warn(
-                "Was asked to gather along dimension 0, but all input tensors were scalars; "
-                "will instead unsqueeze and return a vector.",
-                stacklevel=2,
-            )
-        return torch.cat(tensors, dim)
-    if out is None:
-        return None
-    if isinstance(out, dict):
-        if not all(len(out) == len(d) for d in outputs):
-            raise ValueError("All dicts must have the same number of keys")
-        return type(out)((k, gather([d[k] for d in outputs], dim)) for k in out)
-    if _is_namedtuple(out):
-        return type(out)._make(gather(parts, dim) for parts in zip(*outputs))
-    return type(out)(map(lambda parts: gather(parts, dim), zip(*outputs)))
+def _gather(self: nn.DataParallel, outputs: Any, output_device: Any) -> Any:
+    call = _simulating(self)
+    if call is None:
+        return _original(nn.DataParallel, "gather")(self, outputs, output_device)
+    return simulation.gather(outputs, call.dim)
 
 
 # ----- the checks -----------------------------------------------------------------------------------
 
-_TORCH_INTERNAL = frozenset(nn.Module().__dict__) | {"_former_parameters", "_is_replica", "training"}
-
-
-def _snapshot(module: nn.Module) -> List[Dict[str, Tuple[int, int]]]:
-    """Per submodule: attribute → (identity, size for containers), for DPL304.
-
-    torch's own modules are left out: they refresh private caches in forward (an RNN rebinds its
-    flat weights for every replica), which is bookkeeping, not state a user relies on.
-    """
-    snapshots = []
-    for submodule in module.modules():
-        state = {}
-        if type(submodule).__module__.startswith("torch."):
-            snapshots.append(state)
-            continue
-        for key, value in submodule.__dict__.items():
-            if key not in _TORCH_INTERNAL:
-                state[key] = (id(value), len(value) if isinstance(value, (list, dict, set)) else -1)
-        snapshots.append(state)
-    return snapshots
-
-
-def _changes(before: List[Dict[str, Tuple[int, int]]], module: nn.Module, originals: Sequence[nn.Module]) -> List[str]:
-    changes: List[str] = []
-    for state, submodule, original in zip(before, module.modules(), originals):
-        if type(submodule).__module__.startswith("torch."):
-            continue
-        prefix = "" if original is originals[0] else f"{type(original).__name__}: "
-        for key, value in submodule.__dict__.items():
-            if key in _TORCH_INTERNAL or key in original._parameters or key in original._buffers:
-                continue
-            if key not in state:
-                changes.append(f"{prefix}sets `self.{key}`")
-            elif state[key][0] != id(value):
-                changes.append(f"{prefix}rebinds `self.{key}`")
-            elif state[key][1] != (len(value) if isinstance(value, (list, dict, set)) else -1):
-                changes.append(f"{prefix}changes `self.{key}` in place")
-    return list(dict.fromkeys(changes))
-
 
 def _leaves(outputs: Sequence[Any], where: str = "output") -> Iterator[Tuple[str, List[torch.Tensor]]]:
-    """Each tensor position of the replicas' outputs, with the tensor from every replica."""
+    """Each tensor position of several like-shaped structures, with the tensor from each."""
     first = outputs[0]
     if isinstance(first, torch.Tensor):
         if all(isinstance(o, torch.Tensor) for o in outputs):
@@ -332,110 +339,116 @@ def _leaves(outputs: Sequence[Any], where: str = "output") -> Iterator[Tuple[str
                 yield from _leaves([o[index] for o in outputs], f"{where}[{index}]")
 
 
-def _first_tensor(obj: Any) -> Optional[torch.Tensor]:
+def _tensors(obj: Any, where: str) -> Iterator[Tuple[str, torch.Tensor]]:
+    """Every tensor inside inputs as scatter walks them, with its place."""
     if isinstance(obj, torch.Tensor):
-        return obj
-    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
-    for value in values:
-        found = _first_tensor(value)
-        if found is not None:
-            return found
-    return None
+        yield where, obj
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _tensors(value, f"{where}[{key!r}]")
+    elif isinstance(obj, (list, tuple)):
+        for index, value in enumerate(obj):
+            yield from _tensors(value, f"{where}[{index}]")
+
+
+def _map_tensors(obj: Any, function: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return function(obj)
+    if simulation._is_namedtuple(obj):
+        return type(obj)(*(_map_tensors(o, function) for o in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_tensors(o, function) for o in obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, _map_tensors(v, function)) for k, v in obj.items())
+    return obj
+
+
+def _tolerance(reference: torch.Tensor) -> float:
+    """Beyond float rounding (chunked and full-batch kernels sum in different orders)."""
+    relative = 1e-3 if reference.dtype in (torch.float32, torch.float64, torch.complex64, torch.complex128) else 3e-2
+    return 1e-5 + relative * float(reference.abs().max()) if reference.numel() else 0.0
 
 
 class _Call:
     """One checked DataParallel forward."""
 
-    def __init__(self, wrapper: nn.DataParallel, settings: _Settings) -> None:
+    def __init__(self, wrapper: nn.DataParallel, settings: Settings) -> None:
         self.wrapper = wrapper
         self.module: nn.Module = wrapper.module
         self.settings = settings
-        # A wrapper built before the hook was installed on a machine without CUDA has no record of
-        # its `dim`: DataParallel's default, 0, is assumed.
-        self.dim: int = getattr(wrapper, "dim", getattr(wrapper, "_dplint_dim", 0))
-        self.devices = 0
+        self.dim: Optional[int] = getattr(wrapper, "dim", None)
+        self.device_ids: List[Any] = list(wrapper.device_ids)
 
-    def report(self, code: str, message: str) -> None:
-        if code not in ADVICE and self.settings.action == "raise":
+    def report(self, code: str, message: str, advice: bool = False) -> None:
+        if code in self.settings.ignore:
+            return
+        if not advice and code not in ADVICE and self.settings.action == "raise":
             raise PitfallError(code, message, self.module)
         warning = PitfallWarning(code, message, self.module)
         if warning.filename is None:
-            warnings.warn(warning, stacklevel=2)
+            warnings.warn(warning, stacklevel=3)
         else:  # point at the module's forward, not at dplint's frames
             warnings.warn_explicit(warning, PitfallWarning, warning.filename, warning.lineno, registry=_warning_registry)
 
     def run(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-        real = len(self.wrapper.device_ids)
         wanted = self.settings.devices
         with torch.autograd.profiler.record_function("DataParallel.forward"):
-            if wanted is not None and real < wanted:
-                self.devices = wanted
-                return self.simulate(inputs, kwargs, wanted)
-            if not real:
+            if wanted is not None and len(self.device_ids) < wanted:
+                if self.dim is None:
+                    return self.unknown_dim(inputs, kwargs)
+                recorded = getattr(self.wrapper, "_dplint_device_ids", None)
+                self.device_ids = recorded if recorded else list(range(wanted))
+                token = _simulated_call.set(self)
+                try:
+                    return self.steps(inputs, kwargs, torch.device("cpu") if not self.wrapper.device_ids else self.wrapper.src_device_obj)
+                finally:
+                    _simulated_call.reset(token)
+            if not self.device_ids:
                 return self.passthrough(inputs, kwargs)
-            self.devices = real
-            return self.real(inputs, kwargs)
+            return self.steps(inputs, kwargs, self.wrapper.src_device_obj)
+
+    def unknown_dim(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        if self.wrapper not in _unknown_dim_reported:
+            _unknown_dim_reported.add(self.wrapper)
+            warnings.warn(messages.unknown_dim(type(self.wrapper).__name__), RuntimeWarning, stacklevel=4)
+        return self.passthrough(inputs, kwargs)
 
     def passthrough(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         """No GPU and no simulation: DataParallel calls the module directly; only DPL304 can be seen."""
-        originals = list(self.module.modules())
-        before = _snapshot(self.module)
+        before = module_state.snapshot(self.module)
         output = self.module(*inputs, **kwargs)
-        changes = _changes(before, self.module, originals)
-        if changes:
-            self.report("DPL304", forward_mutates_module_state.message(type(self.module).__name__, changes))
+        self.check_state([self.module], [before])
         return output
 
-    def simulate(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any], devices: int) -> Any:
-        expected = self.wrapper.src_device_obj if self.wrapper.device_ids else torch.device("cpu")
-        self.check_devices(expected)
-        scattered, scattered_kwargs = scatter_kwargs(inputs, kwargs, devices, self.dim)
-        if not scattered and not scattered_kwargs:
-            scattered, scattered_kwargs = ((),), ({},)
-        if devices == 1:
-            self.report("DPL307", single_device_data_parallel.MESSAGE)
-            return self.module(*scattered[0], **scattered_kwargs[0])
-        replicas = replicate(self.module, len(scattered))
-        return self.apply_and_gather(
-            replicas,
-            self.chunk_sizes(inputs, kwargs, devices),
-            lambda: parallel_apply(replicas, scattered, scattered_kwargs),
-            lambda outputs: gather(outputs, self.dim),
-        )
-
-    def real(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-        """Real GPUs: DataParallel's own steps, with the checks between them."""
+    def steps(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any], source: torch.device) -> Any:
+        """`DataParallel.forward`'s steps, with the checks between them."""
         wrapper = self.wrapper
-        self.check_devices(wrapper.src_device_obj)
-        scattered, scattered_kwargs = wrapper.scatter(inputs, kwargs, wrapper.device_ids)
+        self.check_devices(source)
+        scattered, scattered_kwargs = wrapper.scatter(inputs, kwargs, self.device_ids)
         if not scattered and not scattered_kwargs:
             scattered, scattered_kwargs = ((),), ({},)
-        if len(wrapper.device_ids) == 1:
-            self.report("DPL307", single_device_data_parallel.MESSAGE)
+        if len(self.device_ids) == 1:
+            self.report("DPL307", messages.SINGLE_DEVICE)
             return self.module(*scattered[0], **scattered_kwargs[0])
-        replicas = wrapper.replicate(self.module, wrapper.device_ids[: len(scattered)])
-        return self.apply_and_gather(
-            replicas,
-            self.chunk_sizes(inputs, kwargs, len(wrapper.device_ids)),
-            lambda: wrapper.parallel_apply(replicas, scattered, scattered_kwargs),
-            lambda outputs: wrapper.gather(outputs, wrapper.output_device),
-        )
+        sizes = self.chunk_sizes(inputs, kwargs)
+        if sizes is not None and len(sizes) < len(self.device_ids):
+            self.report("DPL306", messages.uneven_batch(sum(sizes), len(self.device_ids), sizes))
+        if len(scattered) == len(scattered_kwargs):  # otherwise parallel_apply raises, as in torch
+            self.check_dropped(inputs, kwargs, scattered, scattered_kwargs)
+        replicas = wrapper.replicate(self.module, self.device_ids[: len(scattered)])
+        before = [module_state.snapshot(replica) for replica in replicas]
+        rng = torch.get_rng_state() if self.rows_checked else None
+        outputs = wrapper.parallel_apply(replicas, scattered, scattered_kwargs)
+        self.check_outputs(outputs, sizes, scattered, scattered_kwargs)
+        self.check_state(replicas, before)
+        gathered = wrapper.gather(outputs, getattr(wrapper, "output_device", None))
+        if rng is not None:
+            self.check_rows(inputs, kwargs, gathered, rng)
+        return gathered
 
-    def apply_and_gather(self, replicas: List[nn.Module], sizes: Optional[List[int]], apply, gather_outputs) -> Any:
-        if sizes is not None and len(sizes) < self.devices:
-            self.report("DPL306", uneven_batch.message(sum(sizes), self.devices, sizes))
-        originals = list(self.module.modules())
-        # Replication itself rebinds some attributes (an RNN copies its weight lists): compare each
-        # replica with itself, before and after its forward.
-        before = [_snapshot(replica) for replica in replicas]
-        outputs = apply()
-        self.check_outputs(outputs, sizes)
-        for replica, state in zip(replicas, before):
-            changes = _changes(state, replica, originals)
-            if changes:
-                self.report("DPL304", forward_mutates_module_state.message(type(self.module).__name__, changes))
-                break
-        return gather_outputs(outputs)
+    @property
+    def rows_checked(self) -> bool:
+        return self.settings.check_rows and "DPL309" not in self.settings.ignore and _simulating(self.wrapper) is self
 
     def check_devices(self, expected: torch.device) -> None:
         """DPL103, cached per wrapper until a parameter or buffer is registered or moved."""
@@ -446,41 +459,122 @@ class _Call:
         else:
             named = chain(self.module.named_parameters(), self.module.named_buffers())
             offenders = [(name, str(t.device)) for name, t in named if t.device != expected]
-            message = module_off_primary_device.message(offenders, str(expected)) if offenders else None
+            message = messages.module_off_primary_device(offenders, str(expected)) if offenders else None
             _device_checks[self.wrapper] = (key, message)
         if message is not None:
             self.report("DPL103", message)
 
-    def chunk_sizes(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any], devices: int) -> Optional[List[int]]:
+    def chunk_sizes(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[List[int]]:
         """How the batch splits: the sizes of the first input tensor's chunks along `dim`."""
-        tensor = _first_tensor((inputs, kwargs))
-        if tensor is None or tensor.dim() <= self.dim:
+        first = next((t for _, t in _tensors((inputs, kwargs), "")), None)
+        if first is None or first.dim() <= self.dim:
             return None
-        return [chunk.size(self.dim) for chunk in tensor.chunk(devices, self.dim)]
+        return [chunk.size(self.dim) for chunk in first.chunk(len(self.device_ids), self.dim)]
 
-    def check_outputs(self, outputs: Sequence[Any], chunk_sizes: Optional[List[int]]) -> None:
+    def check_dropped(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any], scattered: Sequence[Any], scattered_kwargs: Sequence[Any]) -> None:
+        """DPL310: rows that scatter's `zip` cut off because inputs split into different chunk counts."""
+        worst: Optional[Tuple[int, int, str]] = None
+        for original, per_replica, name in ((inputs, scattered, "input"), (kwargs, scattered_kwargs, "keyword")):
+            received: Dict[str, int] = {}
+            for part in per_replica:
+                for where, tensor in _tensors(part, name):
+                    if tensor.dim() > self.dim:
+                        received[where] = received.get(where, 0) + tensor.size(self.dim)
+            for where, tensor in _tensors(original, name):
+                if tensor.dim() > self.dim and where in received:
+                    dropped = tensor.size(self.dim) - received[where]
+                    if dropped > 0 and (worst is None or dropped > worst[0]):
+                        worst = (dropped, tensor.size(self.dim), where)
+        if worst is None:
+            return
+        counts = [
+            len(t.chunk(len(self.device_ids), self.dim)) for _, t in _tensors((inputs, kwargs), "") if t.dim() > self.dim
+        ]
+        dropped, total, where = worst
+        self.report("DPL310", messages.samples_dropped(dropped, total, f"`{where}`", self.dim, len(scattered), counts))
+
+    def check_state(self, replicas: Sequence[nn.Module], before: Sequence[module_state.Snapshot]) -> None:
+        """DPL304: compare each replica with itself, before and after its forward."""
+        originals = list(self.module.modules())
+        for replica, state in zip(replicas, before):
+            changes = module_state.changes(state, replica, originals)
+            if changes:
+                self.report("DPL304", messages.forward_mutates_module_state(type(self.module).__name__, changes))
+                return
+
+    def check_outputs(self, outputs: Sequence[Any], sizes: Optional[List[int]], scattered: Sequence[Any], scattered_kwargs: Sequence[Any]) -> None:
         """DPL305 for 0-dim outputs, DPL301 for outputs whose batch is not at the gather dim."""
         for where, tensors in _leaves(outputs):
             if all(t.dim() == 0 for t in tensors):
-                self.report("DPL305", scalar_output_from_forward.message(where, len(tensors), chunk_sizes or []))
+                self.report("DPL305", messages.scalar_output(where, len(tensors), sizes or []))
                 continue
-            if chunk_sizes is None or len(chunk_sizes) != len(tensors) or any(t.dim() <= self.dim for t in tensors):
+            if sizes is None or len(sizes) != len(tensors) or any(t.dim() <= self.dim for t in tensors):
                 continue
-            if all(t.size(self.dim) == size for t, size in zip(tensors, chunk_sizes)):
+            if all(t.size(self.dim) == size for t, size in zip(tensors, sizes)):
                 continue
             moved_to = next(
                 (
                     d
                     for d in range(tensors[0].dim())
-                    if d != self.dim and all(t.dim() > d and t.size(d) == size for t, size in zip(tensors, chunk_sizes))
+                    if d != self.dim and all(t.dim() > d and t.size(d) == size for t, size in zip(tensors, sizes))
                 ),
                 None,
             )
             if moved_to is None:
                 continue  # not per-sample output: nothing says the batch moved
+            if len(set(sizes)) == 1 and not self.batch_went_to(where, moved_to, sizes[0], scattered[0], scattered_kwargs[0]):
+                continue  # equal sizes by coincidence: the batch is not there
             gathered = list(tensors[0].shape)
             gathered[self.dim] = sum(t.size(self.dim) for t in tensors)
-            message = batch_dim_moved.gathered_output_message(
-                where, list(tensors[0].shape), gathered, sum(chunk_sizes), self.dim, moved_to
-            )
+            message = messages.batch_dim_moved(where, list(tensors[0].shape), gathered, sum(sizes), self.dim, moved_to)
             self.report("DPL301", message)
+
+    def isolated_copy(self) -> nn.Module:
+        """A replica with copies of every parameter and buffer: running it changes nothing outside."""
+        return simulation.replicate(self.module, 2, detach=True)[1]
+
+    def run_isolated(self, inputs: Any, kwargs: Dict[str, Any]) -> Any:
+        """One forward of an isolated copy, without gradients, warnings or a trace in the RNG; None if it fails."""
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            token = _settings.set(())
+            try:
+                positional = inputs if isinstance(inputs, (list, tuple)) else (inputs,)
+                return self.isolated_copy()(*positional, **kwargs)
+            except Exception:
+                return None
+            finally:
+                _settings.reset(token)
+
+    def batch_went_to(self, where: str, moved_to: int, size: int, chunk: Any, chunk_kwargs: Dict[str, Any]) -> bool:
+        """Whether `moved_to` holds the batch: it grows by one when the first chunk gets one more row."""
+
+        def one_more_row(tensor: torch.Tensor) -> torch.Tensor:
+            if tensor.dim() <= self.dim or tensor.size(self.dim) != size:
+                return tensor
+            return torch.cat([tensor, tensor.narrow(self.dim, 0, 1)], self.dim)
+
+        probe = self.run_isolated(_map_tensors(chunk, one_more_row), _map_tensors(chunk_kwargs, one_more_row))
+        found = dict(_leaves([probe])) if probe is not None else {}
+        tensor = found.get(where, [None])[0]
+        return tensor is not None and tensor.dim() > moved_to and tensor.size(moved_to) == size + 1
+
+    def check_rows(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any], gathered: Any, rng: torch.Tensor) -> None:
+        """DPL309: the gathered output against one forward of the whole batch (no grad, same RNG state)."""
+        if not torch.equal(rng, torch.get_rng_state()):
+            return  # forward drew random numbers (dropout): chunked and whole-batch draws differ anyway
+        reference = self.run_isolated(inputs, kwargs)
+        if reference is None:
+            return
+        for where, (simulated, whole) in _leaves([gathered, reference]):
+            if simulated.shape != whole.shape or not (simulated.is_floating_point() or simulated.is_complex()):
+                continue
+            difference = float((simulated.detach() - whole.to(simulated.dtype)).abs().max()) if whole.numel() else 0.0
+            if difference > _tolerance(whole):
+                batch_norm = any(
+                    isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training for m in self.module.modules()
+                )
+                time_major = self.dim == 0 and any(getattr(m, "batch_first", True) is False for m in self.module.modules())
+                cause = messages.CAUSE_BATCH_NORM if batch_norm else messages.CAUSE_TIME_MAJOR if time_major else messages.CAUSE_MIXING
+                self.report("DPL309", messages.rows_not_independent(where, self.dim, difference, cause), advice=batch_norm)
+                return
