@@ -120,30 +120,77 @@ def parse(text: str):
         raise Unreadable("too deeply nested to parse") from None
     except SyntaxError as error:
         raise _syntax_error(error.msg or "invalid syntax", error) from None
-    depth = expression_depth(tree)
+    depth, data_literals = _shape(tree)
     if depth > MAX_EXPRESSION_DEPTH:
         raise Unreadable(f"too deeply nested to check (an expression {depth} levels deep; the limit is {MAX_EXPRESSION_DEPTH})")
     try:
-        return cst.parse_module(text)
+        return cst.parse_module(_blanked(text, data_literals))
     except RecursionError:
         raise Unreadable("too deeply nested to parse") from None
     except Exception as error:  # libcst rejects a few constructs CPython accepts
         raise Unreadable(f"libcst cannot parse this file: {str(error).splitlines()[0]}") from None
 
 
-def expression_depth(tree: ast.AST) -> int:
-    """How deeply expressions nest inside one statement, at most (iterative: deep trees are the point).
+def _shape(tree: ast.AST) -> Tuple[int, List[ast.expr]]:
+    """How deeply expressions nest inside one statement, and the large literals made only of constants.
 
-    Statements do not count: CPython bounds their nesting, and libcst handles long `elif` chains well.
+    Statements do not count towards the depth: CPython bounds their nesting, and libcst handles long
+    `elif` chains well. The walk is iterative (deep trees are the point) and skips the data literals.
     """
     deepest = 0
+    data_literals: List[ast.expr] = []
     pending = [(tree, 0)]
     while pending:
         node, depth = pending.pop()
         deepest = max(deepest, depth)
+        if _is_data_literal(node):
+            data_literals.append(node)  # type: ignore[arg-type]
+            continue
         for child in ast.iter_child_nodes(node):
             pending.append((child, depth + 1 if isinstance(child, ast.expr) else 0))
-    return deepest
+    return deepest, data_literals
+
+
+# A display of this many constants is data (a table, a vocabulary, weights): no rule looks inside, and
+# libcst would spend seconds on it (a 200,000-element list: 14 s to parse and locate).
+DATA_LITERAL_SIZE = 1000
+
+
+def _is_data_literal(node: ast.AST) -> bool:
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        elements = node.elts
+    elif isinstance(node, ast.Dict):
+        elements = [*node.keys, *node.values]
+    else:
+        return False
+    return len(elements) >= DATA_LITERAL_SIZE and all(
+        isinstance(e, ast.Constant) or (isinstance(e, ast.UnaryOp) and isinstance(e.operand, ast.Constant)) for e in elements
+    )
+
+
+def _blanked(text: str, data_literals: Sequence[ast.expr]) -> str:
+    """The text with the inside of each bracketed data literal blanked: rows and columns stay put."""
+    if not data_literals or "\r" in text:
+        return text
+    line_starts = [0]
+    for line in text.split("\n"):
+        line_starts.append(line_starts[-1] + len(line) + 1)
+
+    def offset(row: int, byte_column: int) -> int:
+        start = line_starts[row - 1]
+        line = text[start : line_starts[row] - 1]
+        return start + len(line.encode("utf-8")[:byte_column].decode("utf-8", errors="replace"))
+
+    pieces: List[str] = []
+    done = 0
+    for literal in sorted(data_literals, key=lambda node: (node.lineno, node.col_offset)):
+        start = offset(literal.lineno, literal.col_offset)
+        end = offset(literal.end_lineno or literal.lineno, literal.end_col_offset or 0)
+        if start < done or text[start] not in "([{" or text[end - 1] not in ")]}":
+            continue  # an unbracketed tuple (`x = 1, 2, …`): leave it to libcst
+        pieces += [text[done : start + 1], re.sub(r"[^\n]", " ", text[start + 1 : end - 1])]
+        done = end - 1
+    return "".join(pieces) + text[done:]
 
 
 class _LocatedUnreadable(Unreadable):
