@@ -21,6 +21,7 @@ def _codes(match: "re.Match[str]") -> FrozenSet[str]:
 class Suppressions:
     def __init__(self, text: str) -> None:
         self._text = text
+        self._has_noqa = "noqa" in text  # searched once: a search per finding is quadratic
         self._lines: Optional[List[str]] = None
         self._file: FrozenSet[str] = frozenset()
         if "dplint" in text:
@@ -32,7 +33,7 @@ class Suppressions:
 
     def line_ignores(self, finding: Finding) -> bool:
         """A `# noqa` on the reported line, or on the first line of the statement that holds it."""
-        if "noqa" not in self._text:
+        if not self._has_noqa:
             return False
         if self._lines is None:
             self._lines = self._text.splitlines()

@@ -70,6 +70,15 @@ class Assignment:
     cause: Event
 
 
+# Abstract runs of function bodies one file may cost before its flow is given up as unknown. Each
+# function runs once per distinct entry state; adversarial code could make those exponential.
+MAX_FUNCTION_RUNS = 2000
+
+
+class _TooComplex(Exception):
+    pass
+
+
 @dataclass
 class FlowAnalysis:
     """Executes the file abstractly, in execution order, and records every CUDA_VISIBLE_DEVICES write."""
@@ -82,6 +91,7 @@ class FlowAnalysis:
     # A function's effect depends only on the state it is entered with: run each pair once.
     effects: Dict[Tuple[cst.FunctionDef, FlowState], FlowState] = field(default_factory=dict)
     calls: Dict[cst.CSTNode, List[cst.Call]] = field(default_factory=dict)
+    local_names: Dict[cst.FunctionDef, frozenset] = field(default_factory=dict)
 
     def run(self) -> "FlowAnalysis":
         module = self.ctx.module
@@ -90,24 +100,35 @@ class FlowAnalysis:
         for statement in module.body:
             if isinstance(statement, cst.FunctionDef):
                 self.functions[statement.name.value] = statement
-        state = self._block(module.body, FlowState())
-        # A function nothing in the file calls runs later, after the module has been imported.
-        later = FlowState(state.torch_import, state.cuda_init)
-        for function in _all_functions(module.body):
-            if function not in self.executed:
-                self.executed.add(function)
-                self._run_function(function, later)
+        try:
+            state = self._block(module.body, FlowState())
+            # A function nothing in the file calls runs later, after the module has been imported.
+            later = FlowState(state.torch_import, state.cuda_init)
+            for function in _all_functions(module.body):
+                if function not in self.executed:
+                    self.executed.add(function)
+                    self._run_function(function, later)
+        except _TooComplex:
+            self.assignments.clear()  # unknown stays silent
         return self
 
     def _run_function(self, function: cst.FunctionDef, state: FlowState) -> FlowState:
-        key = (function, state)
+        """The state after a call: a function's own local names neither come in nor go out."""
+        if function not in self.local_names:
+            self.local_names[function] = _local_names(function)
+        local = self.local_names[function]
+        entry = replace(state, cuda_names=state.cuda_names - local)
+        key = (function, entry)
         if key not in self.effects:
+            if len(self.effects) >= MAX_FUNCTION_RUNS:
+                raise _TooComplex
             self.running.append(function)
             try:
-                self.effects[key] = self._block(block_body(function.body), state)
+                self.effects[key] = self._block(block_body(function.body), entry)
             finally:
                 self.running.pop()
-        return self.effects[key]
+        after = self.effects[key]
+        return replace(after, cuda_names=state.cuda_names)
 
     def _block(self, body: Body, state: FlowState) -> FlowState:
         for statement in body:
@@ -299,6 +320,21 @@ def _calls_in_evaluation_order(node: cst.CSTNode) -> Iterator[cst.Call]:
         yield from _calls_in_evaluation_order(child)
     if isinstance(node, cst.Call):
         yield node
+
+
+def _local_names(function: cst.FunctionDef) -> frozenset:
+    """Names the function binds by assignment or as parameters, unless declared `global`/`nonlocal`."""
+    params = function.params
+    names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    declared = set()
+    for small in iter_small_statements(block_body(function.body), into_functions=False):
+        if isinstance(small, (cst.Global, cst.Nonlocal)):
+            declared.update(item.name.value for item in small.names)
+        elif isinstance(small, cst.Assign):
+            names.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
+        elif isinstance(small, (cst.AnnAssign, cst.AugAssign)) and isinstance(small.target, cst.Name):
+            names.add(small.target.value)
+    return frozenset(names - declared)
 
 
 def _all_functions(body: Body) -> Iterator[cst.FunctionDef]:

@@ -8,7 +8,7 @@ from dplint.rules.cuda_visible_devices import variable_write
 
 from dplint.context import FileContext
 from dplint.analysis.facts import DATA_PARALLEL
-from dplint.analysis.names import iter_calls, iter_small_statements
+from dplint.analysis.names import decimal_value, integer_value, iter_calls, iter_small_statements
 from dplint.rule import Invalid, Report, Rule, Valid
 
 INDEXED = re.compile(r"cuda:(\d+)")
@@ -144,19 +144,24 @@ def _device_indices(ctx: FileContext, statement: cst.CSTNode) -> Iterator[Tuple[
         method = call.func.attr.value if isinstance(call.func, cst.Attribute) and qualified is None else None
         positional = [a.value for a in call.args if a.keyword is None and not a.star]
         if qualified == "torch.cuda.set_device" or method in ("cuda", "to"):
-            if positional and isinstance(positional[0], cst.Integer):
-                yield call, int(positional[0].value)
-        if qualified == "torch.device" and len(positional) == 2 and isinstance(positional[1], cst.Integer):
-            yield call, int(positional[1].value)
+            index = integer_value(positional[0]) if positional else None
+            if index is not None:
+                yield call, index
+        if qualified == "torch.device" and len(positional) == 2:
+            index = integer_value(positional[1])
+            if index is not None:
+                yield call, index
         if qualified in DATA_PARALLEL or (qualified or "").endswith("DistributedDataParallel"):
             ids = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "device_ids"), None)
             if isinstance(ids, (cst.List, cst.Tuple)):
                 for element in ids.elements:
-                    if isinstance(element.value, cst.Integer):
-                        yield ids, int(element.value.value)
+                    index = integer_value(element.value)
+                    if index is not None:
+                        yield ids, index
         for arg in call.args:
             value = arg.value
             if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
                 match = INDEXED.fullmatch(value.evaluated_value)
-                if match and (qualified == "torch.device" or method in ("to", "cuda") or arg.keyword is not None and arg.keyword.value == "device"):
-                    yield value, int(match.group(1))
+                index = decimal_value(match.group(1)) if match else None
+                if index is not None and (qualified == "torch.device" or method in ("to", "cuda") or arg.keyword is not None and arg.keyword.value == "device"):
+                    yield value, index

@@ -7,7 +7,7 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.analysis.facts import ProjectFacts
-from dplint.analysis.names import iter_calls, iter_small_statements
+from dplint.analysis.names import decimal_value, iter_calls, iter_small_statements
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 # c10/core/Device.cpp parses "type[:index]" with this grammar; the type is case-sensitive.
@@ -34,8 +34,9 @@ def suggestion(text: str) -> Tuple[Optional[str], str]:
     gpu = re.fullmatch(r"gpu(:\d+)?", squeezed)
     if gpu:
         return "cuda" + (gpu.group(1) or ""), "unsafe"  # "gpu" usually means CUDA, but could mean mps
-    if re.fullmatch(r"\d+", squeezed):
-        return f"cuda:{int(squeezed)}", "unsafe"
+    index = decimal_value(squeezed)
+    if index is not None:
+        return f"cuda:{index}", "unsafe"
     return None, ""
 
 

@@ -8,6 +8,7 @@ import libcst as cst
 from dplint.context import FileContext
 from dplint.analysis.facts import DATA_PARALLEL, ProjectFacts
 from dplint.analysis.inference import Inference, Scope
+from dplint.analysis.names import decimal_value, integer_value
 from dplint.rule import Invalid, Report, Rule, Valid
 
 
@@ -133,8 +134,8 @@ def _device_ids(call: cst.Call) -> Optional[List[int]]:
         value = positional[1]
     if not isinstance(value, (cst.List, cst.Tuple)):
         return None
-    ids = [int(e.value.value) for e in value.elements if isinstance(e.value, cst.Integer)]
-    return ids if len(ids) == len(value.elements) else None
+    ids = [integer_value(e.value) for e in value.elements]
+    return None if None in ids else ids  # type: ignore[return-value]
 
 
 def _moved_to(ctx: FileContext, node: cst.BaseExpression, scope: Scope, depth: int = 0) -> Optional[int]:
@@ -149,14 +150,14 @@ def _moved_to(ctx: FileContext, node: cst.BaseExpression, scope: Scope, depth: i
     if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
         return None
     method, args = node.func.attr.value, [a.value for a in node.args if a.keyword is None]
-    if method == "cuda" and args and isinstance(args[0], cst.Integer):
-        return int(args[0].value)
+    if method == "cuda" and args:
+        return integer_value(args[0])
     if method == "to" and args:
         target = args[0]
         if isinstance(target, cst.SimpleString) and re.fullmatch(r"cuda:\d+", str(target.evaluated_value)):
-            return int(str(target.evaluated_value).split(":")[1])
+            return decimal_value(str(target.evaluated_value).split(":")[1])
         if isinstance(target, cst.Call) and ctx.qualify(target.func) == "torch.device":
             device_args = [a.value for a in target.args]
-            if len(device_args) == 2 and isinstance(device_args[1], cst.Integer):
-                return int(device_args[1].value)
+            if len(device_args) == 2:
+                return integer_value(device_args[1])
     return _moved_to(ctx, node.func.value, scope, depth + 1) if method in ("float", "half", "double", "train", "eval") else None

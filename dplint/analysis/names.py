@@ -6,6 +6,7 @@ cost (it reads only import statements, no scope analysis).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import libcst as cst
@@ -23,6 +24,22 @@ def dotted(node: cst.BaseExpression) -> Optional[str]:
         base = dotted(node.value)
         return None if base is None else f"{base}.{node.attr.value}"
     return None
+
+
+# CPython refuses to convert longer digit strings (sys.get_int_max_str_digits()); no device index is that long.
+MAX_INTEGER_DIGITS = 4300
+
+
+def integer_value(node: cst.BaseExpression) -> Optional[int]:
+    """The value of an integer literal in any base (`1`, `0x1`, `0b1`, `1_000`), else None."""
+    if not isinstance(node, cst.Integer) or len(node.value) > MAX_INTEGER_DIGITS:
+        return None
+    return int(node.value, 0)
+
+
+def decimal_value(digits: str) -> Optional[int]:
+    """The value of a decimal digit string found in a literal (`"cuda:12"`), else None when it is too long."""
+    return int(digits) if digits.isdecimal() and len(digits) <= MAX_INTEGER_DIGITS else None
 
 
 def iter_small_statements(body: Body, *, into_functions: bool = True) -> Iterator[cst.BaseSmallStatement]:
@@ -86,8 +103,26 @@ def iter_scope_bodies(module: cst.Module) -> Iterator[Body]:
                 pending.extend(child_blocks(statement))
 
 
+@dataclass(frozen=True)
+class SuiteLine(cst.SimpleStatementLine):
+    """The statements of a one-line suite (`if c: x.cuda(); y = 1`) seen as a line of their own.
+
+    The tree has no node for it, so it has no position: locate it by its first small statement.
+    """
+
+
 def block_body(suite: cst.BaseSuite) -> Body:
-    return suite.body if isinstance(suite, (cst.IndentedBlock, cst.SimpleStatementSuite)) else ()
+    """A block's statements; a one-line suite is one `SimpleStatementLine`, as if it were indented."""
+    if isinstance(suite, cst.IndentedBlock):
+        return suite.body
+    if isinstance(suite, cst.SimpleStatementSuite):
+        return (SuiteLine(body=suite.body),)
+    return ()
+
+
+def position_anchor(node: cst.CSTNode) -> cst.CSTNode:
+    """The node of the tree that stands for `node` when it is located."""
+    return node.body[0] if isinstance(node, SuiteLine) else node
 
 
 class ImportMap:
