@@ -62,17 +62,36 @@ def _merge(a: Value, b: Value) -> Value:
 class ForwardLayouts:
     """Follows the batch dimension through one `forward`, statement by statement."""
 
-    def __init__(self, ctx: FileContext, inference: Inference, class_name: str, function: cst.FunctionDef) -> None:
+    # How deep `forward` → helper method → helper method is followed.
+    MAX_HELPER_DEPTH = 3
+
+    def __init__(
+        self,
+        ctx: FileContext,
+        inference: Inference,
+        class_name: str,
+        function: cst.FunctionDef,
+        env: Optional[Dict[str, Value]] = None,
+        depth: int = 0,
+    ) -> None:
         self.ctx = ctx
         self.inference = inference
+        self.class_name = class_name
         self.model = inference.classes.get(class_name)
         self.function = function
+        self.initial_env = env
+        self.depth = depth
         self.statement: Optional[cst.CSTNode] = None
         self.returned: List[Tuple[Layout, cst.Return]] = []
+        self.returned_values: List[Value] = []
 
     def run(self) -> List[Tuple[Layout, cst.Return]]:
         params = self.function.params
-        env: Dict[str, Value] = {param.name.value: Layout(0) for param in list(params.params)[1:] + list(params.kwonly_params)}
+        env: Dict[str, Value] = (
+            dict(self.initial_env)
+            if self.initial_env is not None
+            else {param.name.value: Layout(0) for param in list(params.params)[1:] + list(params.kwonly_params)}
+        )
         self._block(block_body(self.function.body), env)
         return self.returned
 
@@ -128,8 +147,10 @@ class ForwardLayouts:
             self._bind(small.target, self._eval(small.value, env), env)
         elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
             env[small.target.value] = _combine(env.get(small.target.value), self._eval(small.value, env))
-        elif isinstance(small, cst.Return) and small.value is not None:
-            for layout in _layouts(self._eval(small.value, env)):
+        elif isinstance(small, cst.Return):
+            value = self._eval(small.value, env) if small.value is not None else None
+            self.returned_values.append(value)
+            for layout in _layouts(value):
                 self.returned.append((layout, small))
 
     def _bind(self, target: cst.BaseExpression, value: Value, env: Dict[str, Value]) -> None:
@@ -205,7 +226,11 @@ class ForwardLayouts:
         return None
 
     def _submodule_call(self, attribute: str, call: cst.Call, env: Dict[str, Value]) -> Value:
-        """`self.rnn(x)`: a submodule keeps its input's layout (an RNN returns it inside a tuple)."""
+        """`self.rnn(x)`: a submodule keeps its input's layout (an RNN returns it inside a tuple);
+        `self._decode(x)`: a helper method of the class returns what its body returns."""
+        helper = self._helper_method(attribute)
+        if helper is not None:
+            return self._helper_call(helper, call, env)
         bindings = self._attribute_bindings(attribute)
         if not call.args or not bindings:
             return None
@@ -217,6 +242,38 @@ class ForwardLayouts:
         if all(isinstance(b.value, cst.Call) and self.ctx.qualify(b.value.func) in RNN_MODULES for b, _ in bindings):
             return (first, None)
         return first
+
+    def _helper_method(self, name: str) -> Optional[cst.FunctionDef]:
+        if self.model is None or name == "forward":
+            return None
+        for statement in block_body(self.model.node.body):
+            if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+                return statement
+        return None
+
+    def _helper_call(self, helper: cst.FunctionDef, call: cst.Call, env: Dict[str, Value]) -> Value:
+        if self.depth >= self.MAX_HELPER_DEPTH or helper.asynchronous is not None or any(arg.star for arg in call.args):
+            return None
+        params = helper.params
+        if not params.params or params.star_arg is not None and not isinstance(params.star_arg, cst.ParamStar):
+            return None
+        helper_env: Dict[str, Value] = {}
+        positional = [arg for arg in call.args if arg.keyword is None]
+        named = {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
+        for index, param in enumerate([*list(params.params)[1:], *params.kwonly_params]):
+            arg = named.get(param.name.value)
+            if arg is None and index < len(positional) and param in params.params:
+                arg = positional[index]
+            helper_env[param.name.value] = self._eval(arg.value, env) if arg is not None else None
+        inner = ForwardLayouts(self.ctx, self.inference, self.class_name, helper, helper_env, self.depth + 1)
+        inner.run()
+        values = inner.returned_values
+        if not values:
+            return None
+        result = values[0]
+        for value in values[1:]:
+            result = _merge(result, value)
+        return result
 
     def _attribute_bindings(self, attribute: str) -> List[Tuple[Binding, Scope]]:
         """Where `self.<attribute>` is bound: in the class or in its base classes of the same file."""

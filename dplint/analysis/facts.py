@@ -38,6 +38,8 @@ TORCH_LIBRARIES = frozenset(
 DATA_PARALLEL = frozenset(
     {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"}
 )
+# `data_parallel(module, inputs, device_ids, output_device, dim=0)`: one wrapped call, scattered and gathered alike.
+FUNCTIONAL_DATA_PARALLEL = frozenset({"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"})
 # Methods that return the module they are called on, so `DataParallel(Net().cuda())` still wraps a Net.
 MODULE_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval"})
 
@@ -169,10 +171,10 @@ def scan_imports(text: str, package: str) -> Tuple[str, ...]:
 def collect_file_facts(text: str, module_name: str, package: str, path: str) -> FileFacts:
     imports = scan_imports(text, package)
     # Classes are read wherever one may subclass a base trainer that wraps `self.<attr>` (`class X(Base):`).
-    if "DataParallel" not in text and "def forward" not in text and not _SUBCLASS.search(text):
+    if "DataParallel" not in text and "data_parallel" not in text and "def forward" not in text and not _SUBCLASS.search(text):
         return FileFacts(module_name, imports)
     classes = scan_classes(text)
-    if "DataParallel" not in text:
+    if "DataParallel" not in text and "data_parallel" not in text:
         return FileFacts(module_name, imports, classes)
     try:
         tree = ast.parse(text)
@@ -286,17 +288,17 @@ class _WrapVisitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
-        if node.args and self.qualify(node.func) in DATA_PARALLEL:
+        if node.args and self.qualify(node.func) in DATA_PARALLEL | FUNCTIONAL_DATA_PARALLEL:
             self.scopes[-1][1].append(node)
         self.generic_visit(node)
 
-    @staticmethod
-    def _dim(node: ast.Call) -> Optional[int]:
+    def _dim(self, node: ast.Call) -> Optional[int]:
         for keyword in node.keywords:
             if keyword.arg == "dim":
                 return _int_literal(keyword.value)
-        if len(node.args) > 3:
-            return _int_literal(node.args[3])
+        position = 4 if self.qualify(node.func) in FUNCTIONAL_DATA_PARALLEL else 3
+        if len(node.args) > position:
+            return _int_literal(node.args[position])
         return 0
 
     def _wrapped_classes(self, node: ast.AST, depth: int) -> Iterable[Tuple[str, Optional[str]]]:
