@@ -255,8 +255,8 @@ class ForwardLayouts:
         if self.depth >= self.MAX_HELPER_DEPTH or helper.asynchronous is not None or any(arg.star for arg in call.args):
             return None
         params = helper.params
-        if not params.params or params.star_arg is not None and not isinstance(params.star_arg, cst.ParamStar):
-            return None
+        if not params.params or isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None:
+            return None  # `*args`/`**kwargs` helpers: arguments not matched to parameters
         helper_env: Dict[str, Value] = {}
         positional = [arg for arg in call.args if arg.keyword is None]
         named = {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
@@ -471,12 +471,13 @@ def _example(batch_dim: int, gather_dim: int) -> str:
 class BatchDimMovedInForward(WrappedForwardRule):
     """
     ## What it does
-    Checks `forward` of `nn.Module` subclasses that are wrapped in `nn.DataParallel` somewhere in the
-    linted tree (any file) for a `permute`, `transpose`, `swapaxes`, `movedim`, `.t()`, `.T` or
-    `einops.rearrange` that moves the batch dimension away from dim 0 when the moved value reaches
-    `return` (directly, through local variables, or through submodules such as an LSTM, which keep the
-    layout) and nothing moves it back (a second permute, or indexing such as `x[-1]` that drops the
-    leading dimension).
+    Checks `forward` of `nn.Module` subclasses that are wrapped in `nn.DataParallel` (or run through
+    `torch.nn.parallel.data_parallel(module, inputs)`) somewhere in the project for a `permute`,
+    `transpose`, `swapaxes`, `movedim`, `.t()`, `.T` or `einops.rearrange` that moves the batch
+    dimension away from dim 0 when the moved value reaches `return` (directly, through local
+    variables, through the class's own helper methods called from `forward`, or through submodules
+    such as an LSTM, which keep the layout) and nothing moves it back (a second permute, or indexing
+    such as `x[-1]` that drops the leading dimension).
 
     ## Why is this bad?
     DataParallel splits the input batch along `dim` (0 by default), runs one replica per GPU, and
@@ -511,8 +512,9 @@ class BatchDimMovedInForward(WrappedForwardRule):
     ```
 
     ## Known problems
-    Only literal dimensions are followed; a reshape, a call to a helper method or a dimension held in
-    a variable ends the tracking (silently). A wrapped class is matched to its definition through the
+    Only literal dimensions are followed; a reshape, a call to a function outside the class, or a
+    dimension held in a variable ends the tracking (silently). Helper methods are followed three
+    calls deep. A wrapped class is matched to its definition through the
     wrapping file's imports; a name that cannot be resolved (a star import) matches every class of
     that name. Classes wrapped only through a factory (`DataParallel(build_model(cfg))`) are not
     known to be wrapped.
@@ -652,6 +654,40 @@ class BatchDimMovedInForward(WrappedForwardRule):
             """,
             line=5,
         ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            class CRNN(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.cnn = nn.Conv2d(1, 64, 3)
+
+                def forward(self, images):
+                    conv = self.cnn(images).squeeze(2)
+                    return self._decode(conv)
+
+                def _decode(self, conv):
+                    seq = conv.permute(2, 0, 1)  # [W, B, C]
+                    return seq
+
+            model = nn.DataParallel(CRNN())
+            """,
+            line=13,
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+            from torch.nn.parallel import data_parallel
+
+            class Seq(nn.Module):
+                def forward(self, x):
+                    return x.transpose(0, 1)
+
+            out = data_parallel(Seq(), batch, device_ids=[0, 1])
+            """,
+            line=6,
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
@@ -668,18 +704,18 @@ class BatchDimMovedInForward(WrappedForwardRule):
 
     @staticmethod
     def _report(ctx: FileContext, class_name: str, layout: Layout, returned: cst.Return, wrap: Wrap) -> Report:
-        mover = ctx.short_code(layout.mover)
+        mover = ctx.short_code(layout.mover, 40)
         where = "the last dim" if layout.batch_dim < 0 else f"dim {layout.batch_dim}"
         return Report(
             node=layout.mover,
             message=(
-                f"`{mover}` moves the batch dimension from dim 0 to {where}, and `forward` returns it that way "
-                f"(line {ctx.line(returned)}); `{class_name}` is wrapped in `nn.DataParallel` ({wrap.path}:{wrap.line}), "
-                f"which gathers outputs along dim {wrap.dim}, so on 2 GPUs {_example(layout.batch_dim, wrap.dim)} "
-                "and samples are silently mixed up. Permute back before returning, or do this permute after "
-                "the DataParallel call."
+                f"`{mover}` moves the batch to {where} of `{class_name}.forward`'s output; DataParallel "
+                f"({wrap.path}:{wrap.line}) gathers dim {wrap.dim}."
             ),
-            help=f"Return the batch at dim {wrap.dim} (permute back before `return`) and permute after calling the wrapped model.",
+            help=(
+                f"Return the batch at dim {wrap.dim} (permute back before the `return` on line {ctx.line(returned)}) "
+                "and permute after calling the wrapped model."
+            ),
             statement=layout.mover_statement,
         )
 

@@ -293,7 +293,7 @@ def test_device_count_message_explains_the_torch_version_caveat():
 
 
 DPL301_CASES = {
-    "a helper method's result is not tracked": (
+    "a helper method's result is tracked": (
         """
         import torch.nn as nn
         class Net(nn.Module):
@@ -303,6 +303,45 @@ DPL301_CASES = {
             def finish(self, y):
                 return y
         m = nn.DataParallel(Net())
+        """,
+        [(4, "DPL301")],
+    ),
+    "a helper that permutes back, or returns something untracked on one path, is silent": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                return self.restore(x.permute(1, 0, 2)) + self.maybe(x)
+            def restore(self, y):
+                return y.permute(1, 0, 2)
+            def maybe(self, y, flag=False):
+                if flag:
+                    return y.transpose(0, 1)
+                return self.encoder(y)
+        m = nn.DataParallel(Net())
+        """,
+        [],
+    ),
+    "a helper calling itself ends the tracking": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                return self.loop(x.permute(1, 0, 2))
+            def loop(self, y):
+                return self.loop(y)
+        m = nn.DataParallel(Net())
+        """,
+        [],
+    ),
+    "the functional data_parallel with dim=1 gathers a time-major output correctly": (
+        """
+        import torch.nn as nn
+        from torch.nn.parallel import data_parallel
+        class Seq(nn.Module):
+            def forward(self, x):
+                return x.transpose(0, 1)
+        ok = data_parallel(Seq(), batch, None, None, 1)
         """,
         [],
     ),
