@@ -191,8 +191,8 @@ class AccumulatedLossTensor(Rule):
         return Report(
             node=statement,
             message=(
-                f"`{ctx.short_code(statement, 40)}` adds `{loss.value}`, which requires grad: `{accumulator}` "
-                "grows an autograd history every iteration."
+                f"`{ctx.short_code(statement, 30)}`: `{loss.value}` requires grad, so `{accumulator}`'s autograd "
+                "history grows every iteration."
             ),
             help=f"Add `{loss.value}.item()` (a float) or `{loss.value}.detach()` (a tensor without its graph).",
             fix=FixSpec(f"Add `{loss.value}.detach()`", (NodeEdit(loss, f"{loss.value}.detach()"),)),

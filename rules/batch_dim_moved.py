@@ -704,13 +704,13 @@ class BatchDimMovedInForward(WrappedForwardRule):
 
     @staticmethod
     def _report(ctx: FileContext, class_name: str, layout: Layout, returned: cst.Return, wrap: Wrap) -> Report:
-        mover = ctx.short_code(layout.mover, 40)
+        mover = ctx.short_code(layout.mover, 24)
         where = "the last dim" if layout.batch_dim < 0 else f"dim {layout.batch_dim}"
         return Report(
             node=layout.mover,
             message=(
-                f"`{mover}` moves the batch to {where} of `{class_name}.forward`'s output; DataParallel "
-                f"({wrap.path}:{wrap.line}) gathers dim {wrap.dim}."
+                f"`{mover}` puts the batch at {where} of `{class_name}`'s output; DataParallel gathers dim {wrap.dim} "
+                f"({wrap.path}:{wrap.line})."
             ),
             help=(
                 f"Return the batch at dim {wrap.dim} (permute back before the `return` on line {ctx.line(returned)}) "

@@ -460,10 +460,10 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
     def check(self, ctx: FileContext) -> Iterator[Report]:
         for assignment in _assignments(ctx, self.code):
             cause = assignment.cause
-            frozen = " (on torch < 2.4, or without NVML)" if cause.device_count else ""
+            effect = "fixed the devices (torch < 2.4 or no NVML)" if cause.device_count else "initialised CUDA"
             yield Report(
                 node=assignment.node,
-                message=f"`{VARIABLE}` is set after {cause.describe(ctx)} initialised CUDA{frozen}: it is ignored.",
+                message=f"`{VARIABLE}` is set too late: {cause.describe(ctx)} {effect}.",
                 help=f"Move this above {cause.text} (best: before `import torch`), or run `{VARIABLE}=0,1 python …`.",
                 statement=assignment.statement,
             )
@@ -576,7 +576,7 @@ class CudaVisibleDevicesAfterTorchImport(Rule):
             cause = assignment.cause
             yield Report(
                 node=assignment.node,
-                message=f"`{VARIABLE}` is set after {cause.describe(ctx)}: ignored if CUDA is initialised by then.",
+                message=f"`{VARIABLE}` may be set too late, after {cause.describe(ctx)}.",
                 help=f"Move this above {cause.text}, or run `{VARIABLE}=0,1 python …`.",
                 statement=assignment.statement,
             )

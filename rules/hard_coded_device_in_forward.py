@@ -151,7 +151,7 @@ class HardCodedDeviceInForward(WrappedForwardRule):
                             node=call,
                             message=(
                                 f"`{ctx.short_code(call, 30)}` pins a tensor to {device} in `{class_name}.forward`, which "
-                                f"runs on every GPU ({wraps[0].path}:{wraps[0].line})."
+                                "DataParallel runs on every GPU."
                             ),
                             help="Use `device=x.device` (or `.to(x.device)`), or register the tensor as a buffer.",
                             statement=statement,

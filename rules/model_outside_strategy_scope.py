@@ -141,7 +141,7 @@ class ModelOutsideStrategyScope(Rule):
                         yield Report(
                             node=call,
                             message=(
-                                f"`{ctx.short_code(call, 40)}` builds a Keras model outside `strategy.scope()`: its "
+                                f"`{ctx.short_code(call, 25)}` builds a Keras model outside `strategy.scope()`: its "
                                 "variables are not mirrored."
                             ),
                             help="Build and compile the model inside `with strategy.scope():`.",

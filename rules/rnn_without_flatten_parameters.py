@@ -227,7 +227,7 @@ class RnnWithoutFlattenParameters(WrappedForwardRule):
                 if bindings
                 and all(isinstance(b.value, cst.Call) and ctx.qualify(b.value.func) in RNN_MODULES for b, _ in bindings)
             }
-            where = f"{wrap.path}:{wrap.line}" if via is None else f"inside `{via}`, {wrap.path}:{wrap.line}"
+            replica = f"`{class_name}`" if via is None else f"`{class_name}` (in `{via}`)"
             flattened: Set[str] = set()
             for statement in iter_small_statements(block_body(forward.body), into_functions=False):
                 for call in iter_calls(statement):
@@ -237,8 +237,8 @@ class RnnWithoutFlattenParameters(WrappedForwardRule):
                         yield Report(
                             node=call,
                             message=(
-                                f"`{ctx.short_code(call, 30)}` runs an RNN in `{class_name}.forward` without "
-                                f"`flatten_parameters()` under DataParallel ({where})."
+                                f"`{ctx.short_code(call, 25)}` in {replica} skips `flatten_parameters()` under "
+                                "DataParallel."
                             ),
                             help=f"Call `self.{attribute}.flatten_parameters()` before `self.{attribute}(...)`.",
                             statement=statement,

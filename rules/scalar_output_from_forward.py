@@ -161,8 +161,8 @@ class ScalarOutputFromForward(WrappedForwardRule):
         return Report(
             node=statement,
             message=(
-                f"`{class_name}.forward` returns the 0-dim `{ctx.short_code(element, 30)}`; DataParallel "
-                f"({wrap.path}:{wrap.line}) gathers one per GPU."
+                f"`{class_name}.forward` returns the 0-dim `{ctx.short_code(element, 25)}`, which DataParallel "
+                "gathers into one value per GPU."
             ),
             help='Return per-sample losses (`reduction="none"`) from forward and take `.mean()` after the DataParallel call.',
             statement=statement,
