@@ -463,7 +463,7 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
             effect = "fixed the devices (torch < 2.4 or no NVML)" if cause.device_count else "initialised CUDA"
             yield Report(
                 node=assignment.node,
-                message=f"`{VARIABLE}` is set too late: {cause.describe(ctx)} {effect}.",
+                message=f"`{VARIABLE}` is set after {cause.describe(ctx)} {effect}.",
                 help=f"Move this above {cause.text} (best: before `import torch`), or run `{VARIABLE}=0,1 python …`.",
                 statement=assignment.statement,
             )
