@@ -38,7 +38,7 @@ def test_every_fixture_has_an_expected_file_and_the_summary_counts_them(lint_out
     expected = [line for f in FIXTURES for line in f.with_suffix(".txt").read_text().splitlines()]
     assert [line for line in lint_output if line.startswith("fixtures/")] == sorted(expected)
     fixable = sum(" [*] " in line for line in expected)
-    assert lint_output[-2:] == ["Found 22 errors and 1 warning in 13 files.", f"[*] {fixable} fixable with the `--fix` option."]
+    assert lint_output[-2:] == ["Found 30 errors and 1 warning in 16 files.", f"[*] {fixable} fixable with the `--fix` option."]
 
 
 def test_fix_gives_the_expected_files_and_is_idempotent(tmp_path):
@@ -46,7 +46,7 @@ def test_fix_gives_the_expected_files_and_is_idempotent(tmp_path):
         (tmp_path / fixture.name).write_bytes(fixture.read_bytes())
     command = [sys.executable, "-m", "dplint", "--no-cache", "--fix", "."]
     first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
-    assert "Fixed 7 errors (16 remaining)." in first.stderr
+    assert "Fixed 7 errors (24 remaining)." in first.stderr
     for fixture in FIXTURES:
         expected = fixture.with_name(fixture.stem + ".fixed.py")
         assert (tmp_path / fixture.name).read_text() == (expected if expected.exists() else fixture).read_text(), fixture.name
@@ -55,7 +55,7 @@ def test_fix_gives_the_expected_files_and_is_idempotent(tmp_path):
     assert "Fixed" not in second.stderr
     assert {p.name: p.read_bytes() for p in tmp_path.glob("*.py")} == fixed_once
     # What the fixes addressed is gone; only the findings without a fix remain.
-    assert " [*] " not in second.stdout and second.stdout.count(": DPL") == 16
+    assert " [*] " not in second.stdout and second.stdout.count(": DPL") == 24
 
 
 def test_advice_rule_off_by_default_reports_its_fixture_when_selected():
