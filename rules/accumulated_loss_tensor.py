@@ -7,7 +7,7 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.analysis.facts import ProjectFacts
-from dplint.analysis.names import Body, block_body, child_blocks, iter_scope_bodies
+from dplint.analysis.names import Body, block_body, child_blocks
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 
@@ -16,12 +16,15 @@ class AccumulatedLossTensor(Rule):
     ## What it does
     Checks training loops for `total += loss` (or `total = total + loss`) where `loss` is the tensor
     the same loop calls `.backward()` on, so it requires grad, and the accumulator itself is never
-    back-propagated.
+    back-propagated. Silent where no graph is recorded: inside `with torch.no_grad():` or
+    `torch.inference_mode()`, and in functions decorated with them.
 
     ## Why is this bad?
-    Adding a tensor that requires grad keeps its whole autograd graph (activations included) alive
-    in the accumulator, one graph per iteration, until memory runs out. On several GPUs the graphs
-    live on every device, so the out-of-memory error arrives sooner, and on the first GPU first.
+    Adding a tensor that requires grad makes the accumulator require grad too, with an autograd
+    history that grows by one node per iteration and references each iteration's `loss`. Before
+    `backward()` runs (or with `retain_graph=True`) that keeps the whole graph of every iteration,
+    activations included, alive; after it, the saved tensors are freed but the history still grows
+    until the accumulator is rebound. On several GPUs this memory sits on the first GPU first.
 
     ## Example
     ```python
@@ -85,6 +88,42 @@ class AccumulatedLossTensor(Rule):
                 stats += loss.detach()
             """
         ),
+        Valid(
+            """
+            import torch
+
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                with torch.no_grad():
+                    total += loss  # no graph is recorded here
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            @torch.no_grad()
+            def evaluate(model, loader):
+                model.eval()
+                total = 0
+                for x, y in loader:
+                    loss = criterion(model(x), y)
+                    total += loss
+                return total
+            """
+        ),
+        Valid(
+            """
+            def evaluate(model, loader):
+                model.eval()
+                total = 0
+                for x, y in loader:
+                    loss = criterion(model(x), y)
+                    total += loss  # no backward in this function: nothing is trained here
+                return total / len(loader)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -135,11 +174,14 @@ class AccumulatedLossTensor(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         reported: Set[cst.CSTNode] = set()  # a statement in nested loops is seen from each of them
-        for body in iter_scope_bodies(ctx.module):
+        for body in _graph_building_bodies(ctx, ctx.module.body):
             backed_up = _backward_targets(body)
+            without_graph = _under_no_grad(ctx, body)
             for loop in _loops(body):
                 trained = _backward_targets(block_body(loop.body))
                 for statement, accumulator, loss in _accumulations(block_body(loop.body)):
+                    if statement in without_graph:
+                        continue
                     if loss.value in trained and accumulator not in backed_up and statement not in reported:
                         reported.add(statement)
                         yield self._report(ctx, statement, accumulator, loss)
@@ -149,14 +191,60 @@ class AccumulatedLossTensor(Rule):
         return Report(
             node=statement,
             message=(
-                f"`{ctx.short_code(statement)}` adds `{loss.value}`, which this loop back-propagates, so it requires "
-                f"grad: `{accumulator}` keeps every iteration's autograd graph alive until memory runs out (sooner, "
-                f"and on GPU 0 first, with several GPUs); add `{loss.value}.item()` or `{loss.value}.detach()`."
+                f"`{ctx.short_code(statement, 30)}`: `{loss.value}` requires grad, so `{accumulator}`'s autograd "
+                "history grows every iteration."
             ),
             help=f"Add `{loss.value}.item()` (a float) or `{loss.value}.detach()` (a tensor without its graph).",
             fix=FixSpec(f"Add `{loss.value}.detach()`", (NodeEdit(loss, f"{loss.value}.detach()"),)),
             statement=statement,
         )
+
+
+# Context managers and decorators under which no autograd graph is recorded.
+NO_GRAD = frozenset(
+    {"torch.no_grad", "torch.autograd.no_grad", "torch.inference_mode", "torch.autograd.grad_mode.inference_mode",
+     "torch.autograd.grad_mode.no_grad"}
+)
+
+
+def _disables_grad(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """`torch.no_grad()`, `torch.inference_mode()`, `torch.no_grad` (a decorator), `torch.set_grad_enabled(False)`."""
+    call = expr if isinstance(expr, cst.Call) else None
+    qualified = ctx.qualify(call.func if call is not None else expr)
+    if qualified in NO_GRAD:
+        return True
+    if qualified == "torch.set_grad_enabled" and call is not None and call.args:
+        value = call.args[0].value
+        return isinstance(value, cst.Name) and value.value == "False"
+    return False
+
+
+def _graph_building_bodies(ctx: FileContext, body: Body) -> Iterator[Body]:
+    """The module's body and every function's, except functions decorated with `@torch.no_grad()`."""
+    yield body
+    for statement in body:
+        if isinstance(statement, cst.FunctionDef):
+            if any(_disables_grad(ctx, decorator.decorator) for decorator in statement.decorators):
+                continue
+            yield from _graph_building_bodies(ctx, block_body(statement.body))
+        elif isinstance(statement, cst.BaseCompoundStatement):
+            for block in child_blocks(statement):
+                for inner in _graph_building_bodies(ctx, block):
+                    if inner is not block:
+                        yield inner
+
+
+def _under_no_grad(ctx: FileContext, body: Body) -> Set[cst.CSTNode]:
+    """Small statements inside `with torch.no_grad():` (or `inference_mode`) blocks of a body."""
+    inside: Set[cst.CSTNode] = set()
+    for statement in _statements(body):
+        if isinstance(statement, cst.With) and any(_disables_grad(ctx, item.item) for item in statement.items):
+            for nested in _statements(block_body(statement.body)):
+                if isinstance(nested, cst.SimpleStatementLine):
+                    inside.update(nested.body)
+                elif isinstance(nested, cst.BaseSmallStatement):
+                    inside.add(nested)
+    return inside
 
 
 def _statements(body: Body) -> Iterator[cst.CSTNode]:
@@ -168,6 +256,15 @@ def _statements(body: Body) -> Iterator[cst.CSTNode]:
                 yield from _statements(block)
 
 
+def _small_statements(body: Body) -> Iterator[cst.BaseSmallStatement]:
+    """Small statements of a body (one-line suites included), nested functions and classes excluded."""
+    for statement in _statements(body):
+        if isinstance(statement, cst.SimpleStatementLine):
+            yield from statement.body
+        elif isinstance(statement, cst.BaseSmallStatement):
+            yield statement
+
+
 def _loops(body: Body) -> Iterator[cst.BaseCompoundStatement]:
     return (s for s in _statements(body) if isinstance(s, (cst.For, cst.While)))
 
@@ -175,36 +272,31 @@ def _loops(body: Body) -> Iterator[cst.BaseCompoundStatement]:
 def _backward_targets(body: Body) -> Set[str]:
     """Names `x` with an `x.backward(...)` statement in the body."""
     names = set()
-    for statement in _statements(body):
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                call = small.value if isinstance(small, cst.Expr) else None
-                if (
-                    isinstance(call, cst.Call)
-                    and isinstance(call.func, cst.Attribute)
-                    and call.func.attr.value == "backward"
-                    and isinstance(call.func.value, cst.Name)
-                ):
-                    names.add(call.func.value.value)
+    for small in _small_statements(body):
+        call = small.value if isinstance(small, cst.Expr) else None
+        if (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == "backward"
+            and isinstance(call.func.value, cst.Name)
+        ):
+            names.add(call.func.value.value)
     return names
 
 
 def _accumulations(body: Body) -> Iterator[Tuple[cst.CSTNode, str, cst.Name]]:
     """`acc += name` and `acc = acc + name` statements: (statement, accumulator, added name)."""
-    for statement in _statements(body):
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
-                if isinstance(small.target, cst.Name) and isinstance(small.value, cst.Name):
-                    yield small, small.target.value, small.value
-            elif isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
-                value, accumulator = small.value, small.targets[0].target.value
-                if (
-                    isinstance(value, cst.BinaryOperation)
-                    and isinstance(value.operator, cst.Add)
-                    and isinstance(value.left, cst.Name)
-                    and value.left.value == accumulator
-                    and isinstance(value.right, cst.Name)
-                ):
-                    yield small, accumulator, value.right
+    for small in _small_statements(body):
+        if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
+            if isinstance(small.target, cst.Name) and isinstance(small.value, cst.Name):
+                yield small, small.target.value, small.value
+        elif isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+            value, accumulator = small.value, small.targets[0].target.value
+            if (
+                isinstance(value, cst.BinaryOperation)
+                and isinstance(value.operator, cst.Add)
+                and isinstance(value.left, cst.Name)
+                and value.left.value == accumulator
+                and isinstance(value.right, cst.Name)
+            ):
+                yield small, accumulator, value.right

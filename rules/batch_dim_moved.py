@@ -62,17 +62,36 @@ def _merge(a: Value, b: Value) -> Value:
 class ForwardLayouts:
     """Follows the batch dimension through one `forward`, statement by statement."""
 
-    def __init__(self, ctx: FileContext, inference: Inference, class_name: str, function: cst.FunctionDef) -> None:
+    # How deep `forward` → helper method → helper method is followed.
+    MAX_HELPER_DEPTH = 3
+
+    def __init__(
+        self,
+        ctx: FileContext,
+        inference: Inference,
+        class_name: str,
+        function: cst.FunctionDef,
+        env: Optional[Dict[str, Value]] = None,
+        depth: int = 0,
+    ) -> None:
         self.ctx = ctx
         self.inference = inference
+        self.class_name = class_name
         self.model = inference.classes.get(class_name)
         self.function = function
+        self.initial_env = env
+        self.depth = depth
         self.statement: Optional[cst.CSTNode] = None
         self.returned: List[Tuple[Layout, cst.Return]] = []
+        self.returned_values: List[Value] = []
 
     def run(self) -> List[Tuple[Layout, cst.Return]]:
         params = self.function.params
-        env: Dict[str, Value] = {param.name.value: Layout(0) for param in list(params.params)[1:] + list(params.kwonly_params)}
+        env: Dict[str, Value] = (
+            dict(self.initial_env)
+            if self.initial_env is not None
+            else {param.name.value: Layout(0) for param in list(params.params)[1:] + list(params.kwonly_params)}
+        )
         self._block(block_body(self.function.body), env)
         return self.returned
 
@@ -128,8 +147,10 @@ class ForwardLayouts:
             self._bind(small.target, self._eval(small.value, env), env)
         elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
             env[small.target.value] = _combine(env.get(small.target.value), self._eval(small.value, env))
-        elif isinstance(small, cst.Return) and small.value is not None:
-            for layout in _layouts(self._eval(small.value, env)):
+        elif isinstance(small, cst.Return):
+            value = self._eval(small.value, env) if small.value is not None else None
+            self.returned_values.append(value)
+            for layout in _layouts(value):
                 self.returned.append((layout, small))
 
     def _bind(self, target: cst.BaseExpression, value: Value, env: Dict[str, Value]) -> None:
@@ -205,7 +226,11 @@ class ForwardLayouts:
         return None
 
     def _submodule_call(self, attribute: str, call: cst.Call, env: Dict[str, Value]) -> Value:
-        """`self.rnn(x)`: a submodule keeps its input's layout (an RNN returns it inside a tuple)."""
+        """`self.rnn(x)`: a submodule keeps its input's layout (an RNN returns it inside a tuple);
+        `self._decode(x)`: a helper method of the class returns what its body returns."""
+        helper = self._helper_method(attribute)
+        if helper is not None:
+            return self._helper_call(helper, call, env)
         bindings = self._attribute_bindings(attribute)
         if not call.args or not bindings:
             return None
@@ -217,6 +242,38 @@ class ForwardLayouts:
         if all(isinstance(b.value, cst.Call) and self.ctx.qualify(b.value.func) in RNN_MODULES for b, _ in bindings):
             return (first, None)
         return first
+
+    def _helper_method(self, name: str) -> Optional[cst.FunctionDef]:
+        if self.model is None or name == "forward":
+            return None
+        for statement in block_body(self.model.node.body):
+            if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+                return statement
+        return None
+
+    def _helper_call(self, helper: cst.FunctionDef, call: cst.Call, env: Dict[str, Value]) -> Value:
+        if self.depth >= self.MAX_HELPER_DEPTH or helper.asynchronous is not None or any(arg.star for arg in call.args):
+            return None
+        params = helper.params
+        if not params.params or isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None:
+            return None  # `*args`/`**kwargs` helpers: arguments not matched to parameters
+        helper_env: Dict[str, Value] = {}
+        positional = [arg for arg in call.args if arg.keyword is None]
+        named = {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
+        for index, param in enumerate([*list(params.params)[1:], *params.kwonly_params]):
+            arg = named.get(param.name.value)
+            if arg is None and index < len(positional) and param in params.params:
+                arg = positional[index]
+            helper_env[param.name.value] = self._eval(arg.value, env) if arg is not None else None
+        inner = ForwardLayouts(self.ctx, self.inference, self.class_name, helper, helper_env, self.depth + 1)
+        inner.run()
+        values = inner.returned_values
+        if not values:
+            return None
+        result = values[0]
+        for value in values[1:]:
+            result = _merge(result, value)
+        return result
 
     def _attribute_bindings(self, attribute: str) -> List[Tuple[Binding, Scope]]:
         """Where `self.<attribute>` is bound: in the class or in its base classes of the same file."""
@@ -414,12 +471,13 @@ def _example(batch_dim: int, gather_dim: int) -> str:
 class BatchDimMovedInForward(WrappedForwardRule):
     """
     ## What it does
-    Checks `forward` of `nn.Module` subclasses that are wrapped in `nn.DataParallel` somewhere in the
-    linted tree (any file) for a `permute`, `transpose`, `swapaxes`, `movedim`, `.t()`, `.T` or
-    `einops.rearrange` that moves the batch dimension away from dim 0 when the moved value reaches
-    `return` (directly, through local variables, or through submodules such as an LSTM, which keep the
-    layout) and nothing moves it back (a second permute, or indexing such as `x[-1]` that drops the
-    leading dimension).
+    Checks `forward` of `nn.Module` subclasses that are wrapped in `nn.DataParallel` (or run through
+    `torch.nn.parallel.data_parallel(module, inputs)`) somewhere in the project for a `permute`,
+    `transpose`, `swapaxes`, `movedim`, `.t()`, `.T` or `einops.rearrange` that moves the batch
+    dimension away from dim 0 when the moved value reaches `return` (directly, through local
+    variables, through the class's own helper methods called from `forward`, or through submodules
+    such as an LSTM, which keep the layout) and nothing moves it back (a second permute, or indexing
+    such as `x[-1]` that drops the leading dimension).
 
     ## Why is this bad?
     DataParallel splits the input batch along `dim` (0 by default), runs one replica per GPU, and
@@ -454,8 +512,9 @@ class BatchDimMovedInForward(WrappedForwardRule):
     ```
 
     ## Known problems
-    Only literal dimensions are followed; a reshape, a call to a helper method or a dimension held in
-    a variable ends the tracking (silently). A wrapped class is matched to its definition through the
+    Only literal dimensions are followed; a reshape, a call to a function outside the class, or a
+    dimension held in a variable ends the tracking (silently). Helper methods are followed three
+    calls deep. A wrapped class is matched to its definition through the
     wrapping file's imports; a name that cannot be resolved (a star import) matches every class of
     that name. Classes wrapped only through a factory (`DataParallel(build_model(cfg))`) are not
     known to be wrapped.
@@ -595,6 +654,40 @@ class BatchDimMovedInForward(WrappedForwardRule):
             """,
             line=5,
         ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            class CRNN(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.cnn = nn.Conv2d(1, 64, 3)
+
+                def forward(self, images):
+                    conv = self.cnn(images).squeeze(2)
+                    return self._decode(conv)
+
+                def _decode(self, conv):
+                    seq = conv.permute(2, 0, 1)  # [W, B, C]
+                    return seq
+
+            model = nn.DataParallel(CRNN())
+            """,
+            line=13,
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+            from torch.nn.parallel import data_parallel
+
+            class Seq(nn.Module):
+                def forward(self, x):
+                    return x.transpose(0, 1)
+
+            out = data_parallel(Seq(), batch, device_ids=[0, 1])
+            """,
+            line=6,
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
@@ -611,17 +704,17 @@ class BatchDimMovedInForward(WrappedForwardRule):
 
     @staticmethod
     def _report(ctx: FileContext, class_name: str, layout: Layout, returned: cst.Return, wrap: Wrap) -> Report:
-        mover = ctx.short_code(layout.mover)
+        mover = ctx.short_code(layout.mover, 24)
         where = "the last dim" if layout.batch_dim < 0 else f"dim {layout.batch_dim}"
         return Report(
             node=layout.mover,
             message=(
-                f"`{mover}` moves the batch dimension from dim 0 to {where}, and `forward` returns it that way "
-                f"(line {ctx.line(returned)}); `{class_name}` is wrapped in `nn.DataParallel` ({wrap.path}:{wrap.line}), "
-                f"which gathers outputs along dim {wrap.dim}, so on 2 GPUs {_example(layout.batch_dim, wrap.dim)} "
-                "and samples are silently mixed up. Permute back before returning, or do this permute after "
-                "the DataParallel call."
+                f"`{mover}` puts the batch at {where} of `{class_name}`'s output; DataParallel gathers dim {wrap.dim} "
+                f"({wrap.path}:{wrap.line})."
             ),
-            help=f"Return the batch at dim {wrap.dim} (permute back before `return`) and permute after calling the wrapped model.",
+            help=(
+                f"Return the batch at dim {wrap.dim} (permute back before the `return` on line {ctx.line(returned)}) "
+                "and permute after calling the wrapped model."
+            ),
             statement=layout.mover_statement,
         )

@@ -496,20 +496,10 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
     def check(self, ctx: FileContext) -> Iterator[Report]:
         for assignment in _assignments(ctx, self.code):
             cause = assignment.cause
-            frozen = (
-                " (`torch.cuda.device_count()` fixes the visible devices on torch < 2.4, and on any version "
-                "where NVML is unavailable)"
-                if cause.device_count
-                else ""
-            )
+            effect = "fixed the devices (torch < 2.4 or no NVML)" if cause.device_count else "initialised CUDA"
             yield Report(
                 node=assignment.node,
-                message=(
-                    f"`{VARIABLE}` is set after {cause.describe(ctx)} initialised CUDA{frozen}; the driver reads "
-                    "the variable only once, at initialisation, so this assignment is silently ignored and the "
-                    "process keeps seeing every GPU. Set it before anything touches CUDA: at the top of the "
-                    "entry script, before `import torch`, or in the launching shell."
-                ),
+                message=f"`{VARIABLE}` is set after {cause.describe(ctx)} {effect}.",
                 help=f"Move this above {cause.text} (best: before `import torch`), or run `{VARIABLE}=0,1 python …`.",
                 statement=assignment.statement,
             )
@@ -622,12 +612,7 @@ class CudaVisibleDevicesAfterTorchImport(Rule):
             cause = assignment.cause
             yield Report(
                 node=assignment.node,
-                message=(
-                    f"`{VARIABLE}` is set after {cause.describe(ctx)}; it takes effect only while nothing has "
-                    "initialised CUDA, and is silently ignored as soon as an import or call before it does "
-                    "(some libraries initialise CUDA when imported). Set it before importing torch, or in "
-                    "the launching shell."
-                ),
+                message=f"`{VARIABLE}` may be set too late, after {cause.describe(ctx)}.",
                 help=f"Move this above {cause.text}, or run `{VARIABLE}=0,1 python …`.",
                 statement=assignment.statement,
             )

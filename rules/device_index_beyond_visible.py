@@ -128,9 +128,8 @@ class DeviceIndexBeyondVisible(Rule):
         return Report(
             node=node,
             message=(
-                f"`{ctx.short_code(node)}` uses device {index}, but CUDA_VISIBLE_DEVICES=\"{','.join(visible)}\" makes "
-                f"only {count} device{'s' * (count != 1)} visible, renumbered from 0 ({mapping}): this raises "
-                f"\"invalid device ordinal\"; use indices 0..{count - 1}."
+                f"`{ctx.short_code(node, 30)}` uses device {index}, but CUDA_VISIBLE_DEVICES=\"{','.join(visible)}\" "
+                f"leaves {count} device{'s' * (count != 1)}, numbered from 0."
             ),
             help=f"Use the renumbered indices 0..{count - 1} ({mapping}).",
             statement=statement,

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from dplint.context import FileContext
 from dplint.analysis.inference import Inference, WrappedForwardRule
-from dplint.analysis.names import block_body, iter_small_statements
+from dplint.analysis.names import block_body, child_blocks, dotted
 from dplint.rule import Invalid, Report, Valid
 
 
@@ -15,9 +15,13 @@ class ForwardMutatesModuleState(WrappedForwardRule):
     """
     ## What it does
     Statically: inside `forward` of an `nn.Module` subclass that is wrapped in `nn.DataParallel`
-    somewhere in the linted tree, reports assignments and augmented assignments to `self.<attr>`
-    (`self.steps += 1`, `self.cache = x`). In-place updates of registered buffers
-    (`self.running.mul_(0.9)`) are how BatchNorm keeps statistics and are not reported.
+    somewhere in the project, reports assignments to `self.<attr>` whose value outlives the call:
+    the attribute is read outside `forward` (in another method, or through the model from outside
+    the class, `model.module.steps`), or the assignment builds on the old value (`self.steps += 1`,
+    `self.n = self.n + 1`). A scratch attribute reset at every call and read only inside `forward`
+    is harmless and not reported, nor is code after `return`/`raise`. In-place updates of
+    registered buffers (`self.running.mul_(0.9)`) are how BatchNorm keeps statistics and are not
+    reported.
 
     At runtime, compares each replica of the wrapped module and its submodules before and after
     its forward, and reports `forward` rebinding an attribute (`self.steps += 1`), a registered
@@ -45,11 +49,13 @@ class ForwardMutatesModuleState(WrappedForwardRule):
     updates are kept only from the replica on `device_ids[0]`.
 
     ## Known problems
-    Statically, only `forward` itself is read, not the methods it calls. At runtime, attributes are
-    compared one level deep: a change inside an object held by an attribute is not seen. What torch
-    maintains itself is left alone: torch's own modules, the attributes torch's base classes use (a
-    user subclass of `nn.LSTM` refreshes `_flat_weights`), and those recomputed by `spectral_norm`,
-    `weight_norm` and pruning hooks.
+    Statically, only `forward` itself is read, not the methods it calls; reads of the attribute in
+    other files are not seen, so a scratch attribute read only there is not reported. In-place
+    changes of a list or dict attribute (`self.history.append(x)`) are left to the runtime check.
+    At runtime, attributes are compared one level deep: a change inside an object held by an
+    attribute is not seen. What torch maintains itself is left alone: torch's own modules, the
+    attributes torch's base classes use (a user subclass of `nn.LSTM` refreshes `_flat_weights`),
+    and those recomputed by `spectral_norm`, `weight_norm` and pruning hooks.
     """
 
     code = "DPL304"
@@ -84,6 +90,21 @@ class ForwardMutatesModuleState(WrappedForwardRule):
                 def forward(self, x):
                     self.last = x
                     return x
+
+                def plot(self):
+                    return self.last
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+
+            class Decoder(nn.Module):
+                def forward(self, x):
+                    self.batch_size = x.size(0)  # scratch: set on every call, read only here
+                    return x.view(self.batch_size, -1)
+
+            model = nn.DataParallel(Decoder())
             """
         ),
         Valid(
@@ -92,11 +113,11 @@ class ForwardMutatesModuleState(WrappedForwardRule):
 
             class Net(nn.Module):
                 def forward(self, x):
-                    def helper(y):
-                        state = y  # a local, not an attribute
-                        return state
-                    out = helper(x)
-                    return out
+                    return x
+                    self.steps += 1  # unreachable
+
+                def report(self):
+                    return self.steps
 
             model = nn.DataParallel(Net())
             """
@@ -123,8 +144,11 @@ class ForwardMutatesModuleState(WrappedForwardRule):
             class Attention(nn.Module):
                 def forward(self, q, k):
                     scores = q @ k.transpose(-1, -2)
-                    self.last_scores = scores.detach()  # for plotting later: lost on replicas
+                    self.last_scores = scores.detach()
                     return scores
+
+                def plot(self):
+                    show(self.last_scores)  # read after the call: empty under DataParallel
 
             model = nn.DataParallel(Attention().cuda())
             """,
@@ -147,19 +171,41 @@ class ForwardMutatesModuleState(WrappedForwardRule):
             """,
             line=6,
         ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            class Tagger(nn.Module):
+                def forward(self, x):
+                    self.attention = x.softmax(-1)
+                    return x
+
+            model = nn.DataParallel(Tagger())
+            heatmap = model.module.attention  # read through the model
+            """,
+            line=5,
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         inference: Inference = Inference.of(ctx)
         for class_name, forward, scope, wraps in inference.wrapped_forwards():
-            for statement in iter_small_statements(block_body(forward.body), into_functions=False):
+            related = {name for name, model in inference.classes.items() if _related(inference, name, class_name)}
+            read_elsewhere = _attributes_read_outside(ctx.module, class_name, forward, related)
+            for statement in _reachable_small_statements(block_body(forward.body)):
                 targets = []
                 if isinstance(statement, cst.Assign):
                     targets = [target.target for target in statement.targets]
                 elif isinstance(statement, (cst.AugAssign, cst.AnnAssign)):
                     targets = [statement.target]
                 for target in targets:
-                    if _is_self_attribute(target, scope.self_name):
+                    if not _is_self_attribute(target, scope.self_name):
+                        continue
+                    name = target.attr.value
+                    builds_on_old = isinstance(statement, cst.AugAssign) or _reads_self_attribute(
+                        statement.value, scope.self_name, name
+                    )
+                    if builds_on_old or name in read_elsewhere:
                         yield self._report(ctx, class_name, statement, target, wraps[0])
 
     @staticmethod
@@ -168,15 +214,127 @@ class ForwardMutatesModuleState(WrappedForwardRule):
         return Report(
             node=statement,
             message=(
-                f"`forward` of `{class_name}` sets `{attribute}`, but `{class_name}` is wrapped in `nn.DataParallel` "
-                f"({wrap.path}:{wrap.line}), which runs forward on replicas copied for every call: the update is lost "
-                "when the call returns (it only seems to work on one GPU); keep such state outside the module, or in a "
-                "registered buffer updated in place."
+                f"`{class_name}.forward` sets `{attribute}` on a DataParallel replica ({wrap.path}:{wrap.line}): "
+                "the change is lost."
             ),
             help=f"Move `{attribute}` out of forward (into the training loop), or keep it in a buffer updated in place.",
             statement=statement,
         )
 
 
+def _related(inference: Inference, name: str, class_name: str) -> bool:
+    """Whether `name` is `class_name`, one of its bases, or a subclass of it (in this file)."""
+    def ancestors(start: str) -> Set[str]:
+        seen, pending = set(), [start]
+        while pending:
+            current = pending.pop()
+            model = inference.classes.get(current)
+            if current in seen or model is None:
+                continue
+            seen.add(current)
+            pending.extend(dotted(base.value) or "" for base in model.node.bases)
+        return seen | {start}
+
+    return name in ancestors(class_name) or class_name in ancestors(name)
+
+
 def _is_self_attribute(target: cst.BaseExpression, self_name) -> bool:
     return isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == self_name
+
+
+def _reachable_small_statements(body) -> Iterator[cst.BaseSmallStatement]:
+    """Small statements of a block and its nested blocks, none after `return`/`raise`/`continue`/`break`."""
+    for statement in body:
+        smalls = statement.body if isinstance(statement, cst.SimpleStatementLine) else (
+            (statement,) if isinstance(statement, cst.BaseSmallStatement) else ()
+        )
+        for small in smalls:
+            yield small
+            if isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break)):
+                return
+        if isinstance(statement, cst.BaseCompoundStatement) and not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            for block in child_blocks(statement):
+                yield from _reachable_small_statements(block)
+
+
+class _AttributeReads(cst.CSTVisitor):
+    """Attributes read (not assigned) on the model outside its `forward`: `self.x` in the class's
+    other methods, and `model.x` / `model.module.x` where `model` holds an instance of the class."""
+
+    def __init__(self, class_name: str, forward: cst.FunctionDef) -> None:
+        self.class_name = class_name
+        self.forward = forward
+        self.targets: Set[int] = set()
+        self.instances: Set[str] = set()  # names bound to `ClassName(...)`, possibly wrapped
+        self.classes: List[str] = []
+        self.self_names: List[Optional[str]] = []
+        self.reads: List[Tuple[str, str, Optional[str], Optional[str]]] = []  # (attr, base, class, self)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.classes.append(node.name.value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.classes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        if node is self.forward:
+            return False
+        params = node.params.params
+        self.self_names.append(params[0].name.value if params else None)
+        return True
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        if original_node is not self.forward:
+            self.self_names.pop()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.targets.update(id(target.target) for target in node.targets)
+        if f"{self.class_name}(" in cst.Module([]).code_for_node(node.value):
+            self.instances.update(t.target.value for t in node.targets if isinstance(t.target, cst.Name))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.targets.add(id(node.target))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        base = dotted(node.value)
+        if id(node) not in self.targets and base is not None:
+            owner = self.classes[-1] if self.classes else None
+            self_name = self.self_names[-1] if self.self_names else None
+            self.reads.append((node.attr.value, base, owner, self_name))
+
+    def names(self, subclasses: Set[str]) -> Set[str]:
+        found = set()
+        for attribute, base, owner, self_name in self.reads:
+            on_self = owner in subclasses and base == self_name
+            through_model = base.split(".")[0] in self.instances and base.split(".")[-1] in (base.split(".")[0], "module")
+            if on_self or through_model:
+                found.add(attribute)
+        return found
+
+
+def _attributes_read_outside(module: cst.Module, class_name: str, forward: cst.FunctionDef, related: Set[str]) -> Set[str]:
+    reads = _AttributeReads(class_name, forward)
+    module.visit(reads)
+    return reads.names(related)
+
+
+def _reads_self_attribute(value: Optional[cst.BaseExpression], self_name: str, name: str) -> bool:
+    if value is None:
+        return False
+    found = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if node.attr.value == name and isinstance(node.value, cst.Name) and node.value.value == self_name:
+                found.append(node)
+
+    value.visit(Finder())
+    return bool(found)
+
+
+def message(class_name: str, changes: Sequence[str]) -> str:
+    return (
+        f"`{class_name}.forward` {', '.join(changes)}: under DataParallel, forward runs on per-call replicas, so "
+        "rebindings are lost when the call returns and in-place changes race between replicas' threads; keep "
+        "the state outside the module, or in a registered buffer updated in place."
+    )

@@ -150,10 +150,8 @@ class HardCodedDeviceInForward(WrappedForwardRule):
                         yield Report(
                             node=call,
                             message=(
-                                f"`{ctx.short_code(call)}` in `forward` of `{class_name}` puts a tensor on {device}, but "
-                                f"`{class_name}` is wrapped in `nn.DataParallel` ({wraps[0].path}:{wraps[0].line}), whose "
-                                "replicas run on every GPU: the other replicas get a device mismatch (or funnel work through "
-                                "one GPU); use the input's device (`x.device`) or a registered buffer."
+                                f"`{ctx.short_code(call, 30)}` pins a tensor to {device} in `{class_name}.forward`, which "
+                                "DataParallel runs on every GPU."
                             ),
                             help="Use `device=x.device` (or `.to(x.device)`), or register the tensor as a buffer.",
                             statement=statement,

@@ -206,7 +206,6 @@ class InvalidDeviceString(Rule):
     @staticmethod
     def _report(ctx: FileContext, string: cst.BaseExpression, text: str, statement) -> Report:
         fixed, applicability = suggestion(text) if isinstance(string, cst.SimpleString) else (None, "")
-        write = f' write `"{fixed}"`.' if fixed else " use `type[:index]` with a lowercase type and no spaces, e.g. `\"cuda:0\"`."
         fix = None
         if fixed is not None and isinstance(string, cst.SimpleString) and text in string.value:
             quote_start = len(string.prefix) + len(string.quote)
@@ -214,11 +213,7 @@ class InvalidDeviceString(Rule):
             fix = FixSpec(f'Replace with "{fixed}"', (NodeEdit(string, literal),), applicability)
         return Report(
             node=string,
-            message=(
-                f'`{ctx.short_code(string)}` is not a device string torch accepts (it raises "Invalid device string"), '
-                "and such a typo usually sits on the branch that runs only on a GPU machine, so CPU tests never see "
-                f"it;{write}"
-            ),
+            message=f'`{ctx.short_code(string, 40)}` is not a device string torch accepts: it raises "Invalid device string".',
             help=f'Write `"{fixed}"`.' if fixed else 'Use `type[:index]`: lowercase, no spaces, e.g. `"cuda:0"`.',
             fix=fix,
             statement=statement,

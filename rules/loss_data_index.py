@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
@@ -10,40 +10,49 @@ from dplint.analysis.inference import Inference, ScalarLosses
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 
+# Tensor methods that, without `dim`, reduce to a 0-dim tensor (`x.max(1)` returns a tuple instead).
+ZERO_DIM_REDUCTIONS = frozenset(
+    {"max", "min", "sum", "mean", "prod", "amax", "amin", "median", "nanmedian", "nansum", "nanmean", "norm", "std", "var", "all", "any"}
+)
+
+
 class LossDataIndex(Rule):
     """
     ## What it does
-    Checks for `x.data[0]` where `x` is a 0-dim tensor such as a loss: the result of a loss module
-    or `torch.nn.functional` loss with a reducing `reduction`, or of `.mean()`/`.sum()` without `dim`.
+    Checks for `x.data[0]` where `x` is a 0-dim tensor: the result of a loss module or
+    `torch.nn.functional` loss with a reducing `reduction`, or of a reduction without `dim`
+    (`.max()`, `.min()`, `.sum()`, `.mean()`, `torch.sum(x)`, …), directly or through a variable.
 
     ## Why is this bad?
-    It is pre-0.4 PyTorch, when losses were 1-element vectors. Since 0.4 a loss is 0-dim and indexing
-    it raises `IndexError: invalid index of a 0-dim tensor`, typically in the logging line of a
-    training loop copied from an old multi-GPU example, after the first step has already run.
+    It is pre-0.4 PyTorch, when losses and reductions were 1-element vectors. Since 0.4 they are
+    0-dim and indexing one raises `IndexError: invalid index of a 0-dim tensor`, typically in the
+    logging line of a training loop or a metrics helper copied from an old multi-GPU example, after
+    the first step has already run.
 
     ## Example
     ```python
     loss = criterion(output, target)
-    print(loss.data[0])
+    print(loss.data[0], output.max().data[0])
     ```
 
     ## Use instead
     ```python
     loss = criterion(output, target)
-    print(loss.item())
+    print(loss.item(), output.max().item())
     ```
 
     ## Fix safety
-    `x.data[0]` → `x.item()` is safe: indexing a 0-dim tensor can only raise.
+    `x.data[0]` → `x.item()` is safe: indexing a 0-dim tensor can only raise. A line whose `.data[0]`
+    uses are not all known to be 0-dim gets no fix, so that no line is left half migrated.
 
     ## Known problems
-    Only values traced to a reducing loss or reduction are reported; `x.data[0]` on anything else
-    may be a valid index into a vector.
+    Only values traced to a reducing loss or a reduction without `dim` are reported; `x.data[0]` on
+    anything else may be a valid index into a vector.
     """
 
     code = "DPL401"
     name = "loss-data-index"
-    summary = "`loss.data[0]` on a 0-dim tensor raises IndexError on PyTorch >= 0.4; use `loss.item()`."
+    summary = "`x.data[0]` on a 0-dim loss or reduction raises IndexError on PyTorch >= 0.4; use `x.item()`."
     triggers = re.compile(r"\.data\[0\]")
 
     VALID = [
@@ -65,6 +74,7 @@ class LossDataIndex(Rule):
             """
             scores = model(x)
             best = scores.data[0]  # unknown shape: not reported
+            top = scores.max(1)[0].data[0]  # max over a dim: a vector
             """
         ),
     ]
@@ -101,28 +111,65 @@ class LossDataIndex(Rule):
             """,
             line=2,
         ),
+        Invalid(
+            """
+            def log_stats(writer, grads, step):
+                writer.add_scalar("grad/max", grads.abs().max().data[0], step)
+            """,
+            line=2,
+            expected_fix="""
+            def log_stats(writer, grads, step):
+                writer.add_scalar("grad/max", grads.abs().max().item(), step)
+            """,
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         inference: Inference = Inference.of(ctx)
+        found: List[Tuple[cst.Subscript, Optional[str], cst.CSTNode, cst.BaseExpression]] = []
         for line, scope in inference.statements:
             scalars = ScalarLosses(ctx, scope)
             for subscript in _data_index_zero(line):
                 receiver = subscript.value.value  # type: ignore[attr-defined]
-                reason = scalars.reason(receiver)
-                if reason is None:
-                    continue
-                item = f"{ctx.code(receiver)}.item()"
-                yield Report(
-                    node=subscript,
-                    message=(
-                        f"`{ctx.short_code(subscript)}` indexes a 0-dim tensor ({reason}): since PyTorch 0.4 losses are "
-                        f"0-dim and this raises IndexError after the step has run; write `{item}`."
-                    ),
-                    help=f"Write `{item}`.",
-                    fix=FixSpec(f"Replace with `{item}`", (NodeEdit(subscript, item),)),
-                    statement=line,
-                )
+                found.append((subscript, _zero_dim_reason(receiver, scalars, scope), line, receiver))
+        if not any(reason for _, reason, _, _ in found):
+            return
+        # A fix for every `.data[0]` of a line, or for none of them: never a half-migrated line.
+        unknown_lines = {ctx.line(subscript) for subscript, reason, _, _ in found if reason is None}
+        for subscript, reason, line, receiver in found:
+            if reason is None:
+                continue
+            item = f"{ctx.code(receiver)}.item()"
+            fix = None if ctx.line(subscript) in unknown_lines else FixSpec(f"Replace with `{item}`", (NodeEdit(subscript, item),))
+            yield Report(
+                node=subscript,
+                message=f"`{ctx.short_code(subscript, 40)}` indexes a 0-dim tensor ({reason}), which raises IndexError.",
+                help=f"Write `{item}`.",
+                fix=fix,
+                statement=line,
+            )
+
+
+def _zero_dim_reason(receiver: cst.BaseExpression, scalars: ScalarLosses, scope, depth: int = 0) -> Optional[str]:
+    """Why `receiver` is 0-dim: a reducing loss, or a reduction without `dim` (through variables)."""
+    reason = scalars.reason(receiver)
+    if reason is not None or depth > 4:
+        return reason
+    if isinstance(receiver, cst.Name):
+        bindings = scope.bindings.get(receiver.value, [])
+        reasons = [
+            _zero_dim_reason(b.value, scalars, scope, depth + 1) if b.value is not None and not b.augmented else None
+            for b in bindings
+        ]
+        return reasons[0] if reasons and all(reasons) else None
+    if (
+        isinstance(receiver, cst.Call)
+        and isinstance(receiver.func, cst.Attribute)
+        and receiver.func.attr.value in ZERO_DIM_REDUCTIONS
+        and not receiver.args
+    ):
+        return f"`.{receiver.func.attr.value}()` without `dim`"
+    return None
 
 
 def _data_index_zero(node: cst.CSTNode) -> Iterator[cst.Subscript]:

@@ -141,10 +141,8 @@ class ModelOutsideStrategyScope(Rule):
                         yield Report(
                             node=call,
                             message=(
-                                f"`{ctx.short_code(call)}` builds a Keras model outside `with strategy.scope():` although "
-                                "this file creates a tf.distribute strategy: its variables are not mirrored, so it trains "
-                                "on one device (or `fit` fails on mismatched scopes); build and compile it inside "
-                                "`with strategy.scope():`."
+                                f"`{ctx.short_code(call, 25)}` builds a Keras model outside `strategy.scope()`: its "
+                                "variables are not mirrored."
                             ),
                             help="Build and compile the model inside `with strategy.scope():`.",
                             statement=statement,

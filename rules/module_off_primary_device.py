@@ -117,10 +117,8 @@ class ModuleOffPrimaryDevice(Rule):
                     yield Report(
                         node=value,
                         message=(
-                            f"the module is moved to cuda:{moved} but `device_ids` starts with {ids[0]}: DataParallel "
-                            "broadcasts the module from device_ids[0] and raises \"module must have its parameters and "
-                            f"buffers on device cuda:{ids[0]}\" at the first forward; move it to `cuda:{ids[0]}` (or put "
-                            f"{moved} first in `device_ids`)."
+                            f"The module is on cuda:{moved} but `device_ids` starts with {ids[0]}: "
+                            "DataParallel raises at the first forward."
                         ),
                         help=f"Move the module to `cuda:{ids[0]}`, or list `{moved}` first in `device_ids`.",
                         statement=small,

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Set
+from typing import Dict, Iterator, Optional, Set, Tuple
 
 import libcst as cst
 
 from dplint.context import FileContext
+from dplint.analysis.facts import Wrap
 from dplint.analysis.inference import Inference, WrappedForwardRule
-from dplint.analysis.names import block_body, iter_calls, iter_small_statements
+from dplint.analysis.names import block_body, dotted, iter_calls, iter_small_statements
 from dplint.rule import Invalid, Report, Valid
 
 RNN_MODULES = frozenset({"torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN"})
@@ -16,8 +17,10 @@ RNN_MODULES = frozenset({"torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN"})
 class RnnWithoutFlattenParameters(WrappedForwardRule):
     """
     ## What it does
-    Checks `forward` of modules wrapped in `nn.DataParallel` somewhere in the linted tree for a call
-    of an `nn.LSTM`/`nn.GRU`/`nn.RNN` submodule not preceded by `self.<rnn>.flatten_parameters()`.
+    Checks `forward` of modules wrapped in `nn.DataParallel` somewhere in the project, and of the
+    modules of the same file they build as submodules (a `BidirectionalLSTM` inside a CRNN), for a
+    call of an `nn.LSTM`/`nn.GRU`/`nn.RNN` submodule not preceded by
+    `self.<rnn>.flatten_parameters()`.
 
     ## Why is this bad?
     DataParallel replicates the module for every call, and the replicas' RNN weights no longer sit
@@ -42,7 +45,8 @@ class RnnWithoutFlattenParameters(WrappedForwardRule):
     ```
 
     ## Known problems
-    Only RNNs created in the class (`self.lstm = nn.LSTM(...)`) are recognised.
+    Only RNNs created in the class (`self.lstm = nn.LSTM(...)`) are recognised, and submodule
+    classes only when defined in the same file as the wrapped class.
     """
 
     code = "DPL308"
@@ -93,6 +97,33 @@ class RnnWithoutFlattenParameters(WrappedForwardRule):
 
                 def forward(self, x):
                     return self.fc(x)
+
+            model = nn.DataParallel(Head())
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+
+            class BidirectionalLSTM(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.rnn = nn.LSTM(8, 8, bidirectional=True)
+
+                def forward(self, x):
+                    return self.rnn(x)[0]
+
+            class Tagger(nn.Module):  # builds the LSTM block but is never wrapped
+                def __init__(self):
+                    super().__init__()
+                    self.body = BidirectionalLSTM()
+
+                def forward(self, x):
+                    return self.body(x)
+
+            class Head(nn.Module):
+                def forward(self, x):
+                    return x
 
             model = nn.DataParallel(Head())
             """
@@ -152,39 +183,90 @@ class RnnWithoutFlattenParameters(WrappedForwardRule):
             """,
             line=10,
         ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            class BidirectionalLSTM(nn.Module):
+                def __init__(self, n_in, n_hidden, n_out):
+                    super().__init__()
+                    self.rnn = nn.LSTM(n_in, n_hidden, bidirectional=True)
+                    self.embedding = nn.Linear(n_hidden * 2, n_out)
+
+                def forward(self, x):
+                    recurrent, _ = self.rnn(x)
+                    return self.embedding(recurrent)
+
+            class CRNN(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.rnn = nn.Sequential(BidirectionalLSTM(64, 32, 32), BidirectionalLSTM(32, 32, 10))
+
+                def forward(self, x):
+                    return self.rnn(x)
+
+            model = nn.DataParallel(CRNN())
+            """,
+            line=10,
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         inference: Inference = Inference.of(ctx)
-        for class_name, forward, scope, wraps in inference.wrapped_forwards():
+        for class_name, (wrap, via) in _replicated_classes(inference).items():
             model = inference.classes[class_name]
+            forward = next(
+                (s for s in block_body(model.node.body) if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None
+            )
+            if forward is None or not forward.params.params:
+                continue
+            self_name = forward.params.params[0].name.value
             rnns = {
                 name
                 for name, bindings in model.attributes.items()
                 if bindings
                 and all(isinstance(b.value, cst.Call) and ctx.qualify(b.value.func) in RNN_MODULES for b, _ in bindings)
             }
+            replica = f"`{class_name}`" if via is None else f"`{class_name}` (in `{via}`)"
             flattened: Set[str] = set()
             for statement in iter_small_statements(block_body(forward.body), into_functions=False):
                 for call in iter_calls(statement):
-                    attribute = _self_attribute_call(call, scope.self_name)
+                    attribute = _self_attribute_call(call, self_name)
                     if attribute is not None and attribute in rnns and attribute not in flattened:
                         flattened.add(attribute)  # one report per RNN
                         yield Report(
                             node=call,
                             message=(
-                                f"`{ctx.short_code(call)}` runs an RNN in `forward` of `{class_name}`, which is wrapped in "
-                                f"`nn.DataParallel` ({wraps[0].path}:{wraps[0].line}): the replicas' RNN weights are not "
-                                "contiguous, so cuDNN warns and copies them every step; call "
-                                f"`self.{attribute}.flatten_parameters()` first."
+                                f"`{ctx.short_code(call, 25)}` in {replica} skips `flatten_parameters()` under "
+                                "DataParallel."
                             ),
                             help=f"Call `self.{attribute}.flatten_parameters()` before `self.{attribute}(...)`.",
                             statement=statement,
                         )
                     if isinstance(call.func, cst.Attribute) and call.func.attr.value == "flatten_parameters":
                         inner = call.func.value
-                        if isinstance(inner, cst.Attribute) and isinstance(inner.value, cst.Name) and inner.value.value == scope.self_name:
+                        if isinstance(inner, cst.Attribute) and isinstance(inner.value, cst.Name) and inner.value.value == self_name:
                             flattened.add(inner.attr.value)
+
+
+def _replicated_classes(inference: Inference) -> Dict[str, Tuple[Wrap, Optional[str]]]:
+    """Classes of this file whose `forward` runs on DataParallel replicas: the wrapped ones, and the
+    classes they build as submodules (`self.rnn = nn.Sequential(BidirectionalLSTM(...))`), transitively.
+    Each with a wrap and the wrapped class it is built inside (None for the wrapped class itself)."""
+    found: Dict[str, Tuple[Wrap, Optional[str]]] = {}
+    for class_name, _, _, wraps in inference.wrapped_forwards():
+        found.setdefault(class_name, (wraps[0], None))
+    pending = list(found)
+    while pending:
+        owner = pending.pop()
+        wrap, via = found[owner]
+        for call in iter_calls(inference.classes[owner].node):
+            name = dotted(call.func)
+            model = inference.classes.get(name or "")
+            if model is not None and model.is_module and name not in found:
+                found[name] = (wrap, via or owner)  # type: ignore[index]
+                pending.append(name)  # type: ignore[arg-type]
+    return found
 
 
 def _self_attribute_call(call: cst.Call, self_name) -> str | None:

@@ -161,11 +161,8 @@ class ScalarOutputFromForward(WrappedForwardRule):
         return Report(
             node=statement,
             message=(
-                f"`forward` of `{class_name}` returns `{ctx.short_code(element, 40)}`, a 0-dim tensor ({reason}); "
-                f"`{class_name}` is wrapped in `nn.DataParallel` ({wrap.path}:{wrap.line}), which gathers it into a "
-                "vector of one value per GPU (with a warning), so `backward()` on it fails and averaging it weights the "
-                'samples of a smaller last chunk more; return per-sample values (`reduction="none"`) and reduce after '
-                "the call."
+                f"`{class_name}.forward` returns the 0-dim `{ctx.short_code(element, 25)}`, which DataParallel "
+                "gathers into one value per GPU."
             ),
             help='Return per-sample losses (`reduction="none"`) from forward and take `.mean()` after the DataParallel call.',
             statement=statement,

@@ -220,7 +220,7 @@ class WrapperStateDictPrefix(Rule):
     def _report(ctx: FileContext, call: cst.Call, owner: str, sites: FrozenSet[WrapSite], statement) -> Report:
         wrapper, where, unconditional = describe(sites)
         saves = "saves" if unconditional else "may save"
-        message = f"`{owner}.state_dict()` {saves} `module.` keys: the {wrapper} wrap on {where}."
+        message = f"`{owner}.state_dict()` {saves} `module.` keys ({wrapper} on {where})."
         return Report(
             node=call,
             message=message,

@@ -8,8 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from dplint.rules import BY_CODE
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted(p for p in (ROOT / "fixtures").rglob("*.py") if not p.name.endswith(".fixed.py"))
+EXPECTED = [line for f in FIXTURES for line in f.with_suffix(".txt").read_text().splitlines()]
+FIXABLE = sum(" [*] " in line for line in EXPECTED)
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' * (count != 1)}"
 
 
 @pytest.fixture(scope="module")
@@ -35,30 +43,30 @@ def test_fixture_findings_match_expected_file(fixture, lint_output):
 
 def test_every_fixture_has_an_expected_file_and_the_summary_counts_them(lint_output):
     assert FIXTURES and all(f.with_suffix(".txt").is_file() for f in FIXTURES)
-    expected = [line for f in FIXTURES for line in f.with_suffix(".txt").read_text().splitlines()]
-    assert [line for line in lint_output if line.startswith("fixtures/")] == sorted(expected)
-    fixable = sum(" [*] " in line for line in expected)
-    assert lint_output[-2:] == ["Found 25 errors and 1 warning in 14 files.", f"[*] {fixable} fixable with the `--fix` option."]
+    assert [line for line in lint_output if line.startswith("fixtures/")] == sorted(EXPECTED)
+    errors, warnings = (sum(BY_CODE[line.split()[1]].severity == severity for line in EXPECTED) for severity in ("error", "warning"))
+    counted = " and ".join([plural(errors, "error")] * bool(errors) + [plural(warnings, "warning")] * bool(warnings))
+    files = len({line.split(":")[0] for line in EXPECTED})
+    assert lint_output[-2:] == [f"Found {counted} in {plural(files, 'file')}.", f"[*] {FIXABLE} fixable with the `--fix` option."]
 
 
 def test_fix_gives_the_expected_files_and_is_idempotent(tmp_path):
-    for fixture in FIXTURES:
-        copy = tmp_path / fixture.relative_to(ROOT / "fixtures")
+    copies = {fixture: tmp_path / fixture.relative_to(ROOT / "fixtures") for fixture in FIXTURES}
+    for fixture, copy in copies.items():
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_bytes(fixture.read_bytes())
     command = [sys.executable, "-m", "dplint", "--no-cache", "--fix", "."]
     first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
-    assert "Fixed 9 errors (17 remaining)." in first.stderr
-    for fixture in FIXTURES:
-        expected = fixture.with_name(fixture.stem + ".fixed.py")
-        copy = tmp_path / fixture.relative_to(ROOT / "fixtures")
-        assert copy.read_text() == (expected if expected.exists() else fixture).read_text(), fixture.name
+    assert f"Fixed {plural(FIXABLE, 'error')} ({len(EXPECTED) - FIXABLE} remaining)." in first.stderr
+    for fixture, copy in copies.items():
+        fixed = fixture.with_name(fixture.stem + ".fixed.py")
+        assert copy.read_text() == (fixed if fixed.exists() else fixture).read_text(), fixture.name
     fixed_once = {p: p.read_bytes() for p in tmp_path.rglob("*.py")}
     second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
     assert "Fixed" not in second.stderr
     assert {p: p.read_bytes() for p in tmp_path.rglob("*.py")} == fixed_once
     # What the fixes addressed is gone; only the findings without a fix remain.
-    assert " [*] " not in second.stdout and second.stdout.count(": DPL") == 17
+    assert " [*] " not in second.stdout and second.stdout.count(": DPL") == len(EXPECTED) - FIXABLE
 
 
 def test_advice_rule_off_by_default_reports_its_fixture_when_selected():

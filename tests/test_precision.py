@@ -8,6 +8,8 @@ import pytest
 
 from dplint import lint_source
 from dplint.analysis.facts import scan_classes
+from dplint.fixes import apply_fixes
+from dplint.rules import CHECKS
 
 
 def findings(source: str, select=None):
@@ -293,7 +295,7 @@ def test_device_count_message_explains_the_torch_version_caveat():
 
 
 DPL301_CASES = {
-    "a helper method's result is not tracked": (
+    "a helper method's result is tracked": (
         """
         import torch.nn as nn
         class Net(nn.Module):
@@ -303,6 +305,45 @@ DPL301_CASES = {
             def finish(self, y):
                 return y
         m = nn.DataParallel(Net())
+        """,
+        [(4, "DPL301")],
+    ),
+    "a helper that permutes back, or returns something untracked on one path, is silent": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                return self.restore(x.permute(1, 0, 2)) + self.maybe(x)
+            def restore(self, y):
+                return y.permute(1, 0, 2)
+            def maybe(self, y, flag=False):
+                if flag:
+                    return y.transpose(0, 1)
+                return self.encoder(y)
+        m = nn.DataParallel(Net())
+        """,
+        [],
+    ),
+    "a helper calling itself ends the tracking": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                return self.loop(x.permute(1, 0, 2))
+            def loop(self, y):
+                return self.loop(y)
+        m = nn.DataParallel(Net())
+        """,
+        [],
+    ),
+    "the functional data_parallel with dim=1 gathers a time-major output correctly": (
+        """
+        import torch.nn as nn
+        from torch.nn.parallel import data_parallel
+        class Seq(nn.Module):
+            def forward(self, x):
+                return x.transpose(0, 1)
+        ok = data_parallel(Seq(), batch, None, None, 1)
         """,
         [],
     ),
@@ -754,6 +795,211 @@ def test_state_dict_message_says_only_what_the_path_shows():
     torch.save(net.state_dict(), "b.pt")
     """
     first, second = lint_source(textwrap.dedent(source).lstrip("\n"), "case.py", select=["DPL303"])
-    assert first.message == "`model.state_dict()` may save `module.` keys: the DataParallel wrap on line 4 if `args.multi_gpu`."
-    assert second.message == "`net.state_dict()` saves `module.` keys: the DataParallel wrap on line 6."
+    assert first.message == "`model.state_dict()` may save `module.` keys (DataParallel on line 4 if `args.multi_gpu`)."
+    assert second.message == "`net.state_dict()` saves `module.` keys (DataParallel on line 6)."
     assert (first.location.row, first.location.column) == (5, 12)
+
+
+DPL304_CASES = {
+    "a scratch attribute reset at every call and read only in forward is harmless": (
+        """
+        import torch.nn as nn
+        class Decoder(nn.Module):
+            def forward(self, x):
+                self.batch = x.size(0)
+                self.hidden = self.init_hidden(self.batch)
+                return self.rnn(x, self.hidden)
+        model = nn.DataParallel(Decoder())
+        """,
+        [],
+    ),
+    "a counter builds on its old value": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                self.n = self.n + 1
+                self.calls += 1
+                return x
+        model = nn.DataParallel(Net())
+        """,
+        [(4, "DPL304"), (5, "DPL304")],
+    ),
+    "an attribute read in another method, or through the wrapped model, outlives the call": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                self.attention = x.softmax(-1)
+                self.features = x
+                return x
+            def visualise(self):
+                return self.attention
+        model = nn.DataParallel(Net())
+        out = model(batch)
+        print(model.module.features.shape)
+        """,
+        [(4, "DPL304"), (5, "DPL304")],
+    ),
+    "the same attribute name on an unrelated object is not a read of the model's": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                self.batch_size = x.size(0)
+                return x.view(self.batch_size, -1)
+        model = nn.DataParallel(Net())
+        loader = make_loader(args.batch_size)
+        """,
+        [],
+    ),
+    "nothing after return": (
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                if x is None:
+                    return x
+                    self.calls += 1
+                return x
+        model = nn.DataParallel(Net())
+        """,
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", DPL304_CASES.values(), ids=DPL304_CASES.keys())
+def test_forward_mutates_module_state(source, expected):
+    assert findings(source, ["DPL304"]) == expected
+
+
+DPL401_CASES = {
+    "every reduction without dim is 0-dim, directly or through a variable": (
+        """
+        def log_metrics(log, pred, target, grads):
+            correct = (pred == target).float().sum()
+            log("acc", correct.data[0], "max", grads.max().data[0], "min", grads.min().data[0])
+            log("mean", pred.mean().data[0])
+        """,
+        [(3, "DPL401"), (3, "DPL401"), (3, "DPL401"), (4, "DPL401")],
+    ),
+    "reductions over a dim return vectors or tuples": (
+        """
+        def log_metrics(log, pred):
+            log(pred.max(1)[0].data[0], pred.sum(dim=0).data[0], pred.mean(0).data[0])
+        """,
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", DPL401_CASES.values(), ids=DPL401_CASES.keys())
+def test_loss_data_index(source, expected):
+    assert findings(source, ["DPL401"]) == expected
+
+
+def test_loss_data_index_fixes_every_use_on_a_line_or_none():
+    source = textwrap.dedent(
+        """
+        import torch.nn as nn
+        criterion = nn.CrossEntropyLoss()
+        loss = criterion(out, y)
+        print(loss.data[0], out.max().data[0])
+        print(loss.data[0], scores.data[0])
+        """
+    ).lstrip("\n")
+    result = lint_source(source, "case.py", select=["DPL401"])
+    assert [(f.location.row, f.fix is not None) for f in result] == [(4, True), (4, True), (5, False)]
+    fixed, applied = apply_fixes(source, result)
+    assert "print(loss.item(), out.max().item())" in fixed
+    assert "print(loss.data[0], scores.data[0])" in fixed and len(applied) == 2
+
+
+DPL402_CASES = {
+    "no graph under no_grad, inference_mode or set_grad_enabled(False)": (
+        """
+        import torch
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            with torch.no_grad():
+                total += loss
+            with torch.inference_mode():
+                other += loss
+            with torch.set_grad_enabled(False):
+                third += loss
+        """,
+        [],
+    ),
+    "a decorated function records no graph": (
+        """
+        import torch
+        @torch.inference_mode()
+        def run(loader):
+            total = 0
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                total += loss
+            return total
+        """,
+        [],
+    ),
+    "the accumulation outside the no_grad block is still reported": (
+        """
+        import torch
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            with torch.no_grad():
+                acc = accuracy(model(x), y)
+            total += loss
+        """,
+        [(7, "DPL402")],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", DPL402_CASES.values(), ids=DPL402_CASES.keys())
+def test_accumulated_loss_tensor(source, expected):
+    assert findings(source, ["DPL402"]) == expected
+
+
+def test_crnn_submodule_rnn_is_found_through_the_wrapped_model():
+    source = """
+    import torch.nn as nn
+    class BidirectionalLSTM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.LSTM(8, 8, bidirectional=True)
+        def forward(self, x):
+            return self.rnn(x)[0]
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = BidirectionalLSTM()
+        def forward(self, x):
+            return self.inner(x)
+    class CRNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.Sequential(Block())
+        def forward(self, x):
+            return self.rnn(x)
+    model = nn.DataParallel(CRNN())
+    """
+    assert findings(source, ["DPL308"]) == [(7, "DPL308")]
+
+
+MESSAGE_RULES = [rule for rule in CHECKS if rule.code != "DPL101"]
+
+
+@pytest.mark.parametrize("rule", MESSAGE_RULES, ids=lambda rule: rule.code)
+def test_messages_are_one_short_sentence_and_help_is_separate(rule):
+    for example in rule.INVALID:
+        for finding in lint_source(example.source, "example.py", select=[rule.code]):
+            # About 100 characters; quoted code and a wrap's condition may add a little.
+            assert len(finding.message) <= 120, finding.message
+            assert finding.message.endswith(".") and finding.message.count(". ") == 0, finding.message
+            assert finding.help and finding.help not in finding.message

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import (
@@ -43,6 +43,8 @@ TORCH_LIBRARIES = frozenset(
 DATA_PARALLEL = frozenset(
     {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"}
 )
+# `data_parallel(module, inputs, device_ids, output_device, dim=0)`: one wrapped call, scattered and gathered alike.
+FUNCTIONAL_DATA_PARALLEL = frozenset({"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"})
 # Methods that return the module they are called on, so `DataParallel(Net().cuda())` still wraps a Net.
 MODULE_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval"})
 
@@ -181,10 +183,10 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
     tensor_values = scan_tensor_values(text, module_name, package)
     distributed = scan_distributed(text)
     # Classes are read wherever one may subclass a base trainer that wraps `self.<attr>` (`class X(Base):`).
-    if "DataParallel" not in text and "def forward" not in text and not _SUBCLASS.search(text):
+    if "DataParallel" not in text and "data_parallel" not in text and "def forward" not in text and not _SUBCLASS.search(text):
         return FileFacts(module_name, filename, imports, tensor_values=tensor_values, distributed=distributed)
     classes = scan_classes(text)
-    if "DataParallel" not in text:
+    if "DataParallel" not in text and "data_parallel" not in text:
         return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values, distributed=distributed)
     try:
         tree = ast.parse(text)
@@ -469,17 +471,17 @@ class _WrapVisitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
-        if node.args and self.qualify(node.func) in DATA_PARALLEL:
+        if node.args and self.qualify(node.func) in DATA_PARALLEL | FUNCTIONAL_DATA_PARALLEL:
             self.scopes[-1][1].append(node)
         self.generic_visit(node)
 
-    @staticmethod
-    def _dim(node: ast.Call) -> Optional[int]:
+    def _dim(self, node: ast.Call) -> Optional[int]:
         for keyword in node.keywords:
             if keyword.arg == "dim":
                 return _int_literal(keyword.value)
-        if len(node.args) > 3:
-            return _int_literal(node.args[3])
+        position = 4 if self.qualify(node.func) in FUNCTIONAL_DATA_PARALLEL else 3
+        if len(node.args) > position:
+            return _int_literal(node.args[position])
         return 0
 
     def _wrapped_classes(self, node: ast.AST, depth: int) -> Iterable[Tuple[str, Optional[str]]]:
