@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = sorted(p for p in (ROOT / "fixtures").glob("*.py") if not p.name.endswith(".fixed.py"))
+FIXTURES = sorted(p for p in (ROOT / "fixtures").rglob("*.py") if not p.name.endswith(".fixed.py") and "__pycache__" not in p.parts)
+# Single-file fixtures; the fixture projects in subfolders (fixtures/ddp_project/) have no fixes.
+SINGLE_FILE_FIXTURES = [p for p in FIXTURES if p.parent == ROOT / "fixtures"]
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +27,9 @@ def lint_output():
     return completed.stdout.splitlines()
 
 
-@pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.relative_to(ROOT / "fixtures").with_suffix("").as_posix())
 def test_fixture_findings_match_expected_file(fixture, lint_output):
-    shown = f"fixtures/{fixture.name}"
+    shown = fixture.relative_to(ROOT).as_posix()
     actual = [line for line in lint_output if line.startswith(shown + ":")]
     expected = fixture.with_suffix(".txt").read_text().splitlines()
     assert actual == expected
@@ -36,18 +38,19 @@ def test_fixture_findings_match_expected_file(fixture, lint_output):
 def test_every_fixture_has_an_expected_file_and_the_summary_counts_them(lint_output):
     assert FIXTURES and all(f.with_suffix(".txt").is_file() for f in FIXTURES)
     expected = [line for f in FIXTURES for line in f.with_suffix(".txt").read_text().splitlines()]
-    assert [line for line in lint_output if line.startswith("fixtures/")] == sorted(expected)
+    # Findings come sorted by path, then by line: the order of the files, each in line order.
+    assert [line for line in lint_output if line.startswith("fixtures/")] == expected
     fixable = sum(" [*] " in line for line in expected)
-    assert lint_output[-2:] == ["Found 22 errors and 1 warning in 13 files.", f"[*] {fixable} fixable with the `--fix` option."]
+    assert lint_output[-2:] == ["Found 35 errors and 1 warning in 18 files.", f"[*] {fixable} fixable with the `--fix` option."]
 
 
 def test_fix_gives_the_expected_files_and_is_idempotent(tmp_path):
-    for fixture in FIXTURES:
+    for fixture in SINGLE_FILE_FIXTURES:
         (tmp_path / fixture.name).write_bytes(fixture.read_bytes())
     command = [sys.executable, "-m", "dplint", "--no-cache", "--fix", "."]
     first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
     assert "Fixed 7 errors (16 remaining)." in first.stderr
-    for fixture in FIXTURES:
+    for fixture in SINGLE_FILE_FIXTURES:
         expected = fixture.with_name(fixture.stem + ".fixed.py")
         assert (tmp_path / fixture.name).read_text() == (expected if expected.exists() else fixture).read_text(), fixture.name
     fixed_once = {p.name: p.read_bytes() for p in tmp_path.glob("*.py")}

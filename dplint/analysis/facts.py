@@ -93,6 +93,7 @@ class FileFacts:
     classes: Tuple[ClassInfo, ...] = ()
     wraps: Tuple[Wrap, ...] = ()
     distributed: Optional["DistributedFileFacts"] = None
+    directory: str = ""  # the file's folder: tells apart same-named top-level scripts of two projects
 
     @property
     def imports_torch_directly(self) -> bool:
@@ -156,18 +157,19 @@ def scan_imports(text: str, package: str) -> Tuple[str, ...]:
 def collect_file_facts(text: str, module_name: str, package: str, path: str) -> FileFacts:
     imports = scan_imports(text, package)
     distributed = scan_distributed(text)
+    directory = os.path.dirname(os.path.abspath(path))
     if "DataParallel" not in text and "def forward" not in text:
-        return FileFacts(module_name, imports, distributed=distributed)
+        return FileFacts(module_name, imports, distributed=distributed, directory=directory)
     classes = scan_classes(text)
     if "DataParallel" not in text:
-        return FileFacts(module_name, imports, classes, distributed=distributed)
+        return FileFacts(module_name, imports, classes, distributed=distributed, directory=directory)
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return FileFacts(module_name, imports, classes, distributed=distributed)
+        return FileFacts(module_name, imports, classes, distributed=distributed, directory=directory)
     visitor = _WrapVisitor(path, module_name, package, {info.name for info in classes})
     visitor.visit(tree)
-    return FileFacts(module_name, imports, classes, tuple(visitor.wraps), distributed)
+    return FileFacts(module_name, imports, classes, tuple(visitor.wraps), distributed, directory)
 
 
 _CLASS_OR_FORWARD = re.compile(
@@ -440,16 +442,9 @@ def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
 
 
 @dataclass(frozen=True)
-class DistributedProject:
-    """The distributed programs of the project, as one summary.
+class DistributedProgram:
+    """What the files of one program (or of several that share files) say, merged."""
 
-    A program that starts a process group (or wraps a model in DDP/FSDP) spans the script, what it
-    imports, and what imports it (a trainer module imported by `train.py`). Facts that silence a rule
-    (`set_epoch` is called, the device is selected) are read from the whole project; facts that are
-    evidence for one are read from the program's modules only.
-    """
-
-    modules: FrozenSet[str] = frozenset()
     sets_epoch: bool = False
     selects_device: bool = False
     reads_local_rank_env: bool = False
@@ -459,51 +454,91 @@ class DistributedProject:
     shards_evaluation: bool = False
     uses_cuda: bool = False
 
-    def in_program(self, module: str) -> bool:
-        return module in self.modules
+    @classmethod
+    def merge(cls, files: Iterable[FileFacts]) -> "DistributedProgram":
+        files = list(files)
+        facts = [f.distributed for f in files if f.distributed is not None]
+        return cls(
+            sets_epoch=any(f.sets_epoch for f in facts),
+            selects_device=any(f.selects_device for f in facts),
+            reads_local_rank_env=any(f.reads_local_rank_env for f in facts),
+            trainer_framework=any(name.split(".")[0] in TRAINER_FRAMEWORKS for f in files for name in f.imports),
+            epoch_loop=any(f.epoch_loop for f in facts),
+            wraps_model=any(f.wraps_model for f in facts),
+            shards_evaluation=any(f.shards_evaluation for f in facts),
+            uses_cuda=any(f.uses_cuda for f in facts),
+        )
+
+
+FileKey = Tuple[str, str]  # (folder, module name)
+
+
+@dataclass(frozen=True)
+class DistributedProject:
+    """The distributed programs of the project.
+
+    A program that starts a process group (or wraps a model in DDP/FSDP) spans the script, what it
+    imports, and what imports it (`train.py` imports the trainer module that starts the group). Seeds
+    in one folder make one program; two projects linted together stay two programs.
+    """
+
+    programs: Tuple[DistributedProgram, ...] = ()
+    membership: Mapping[FileKey, Tuple[int, ...]] = field(default_factory=dict)
+
+    def program_of(self, module: str, filename: str) -> Optional[DistributedProgram]:
+        """The merged facts of the programs this file belongs to; None when it belongs to none."""
+        indexes = self.membership.get((os.path.dirname(os.path.abspath(filename)), module))
+        if not indexes:
+            return None
+        programs = [self.programs[i] for i in indexes]
+        return DistributedProgram(*(any(getattr(p, name) for p in programs) for name in DistributedProgram.__dataclass_fields__))
 
     def key(self) -> tuple:
-        return (sorted(self.modules), self.sets_epoch, self.selects_device, self.reads_local_rank_env,
-                self.trainer_framework, self.epoch_loop, self.wraps_model, self.shards_evaluation, self.uses_cuda)
+        return (self.programs, sorted(self.membership.items()))
 
 
 def distributed_project(files: Sequence[FileFacts]) -> DistributedProject:
-    facts_of = {facts.module_name: facts.distributed for facts in files if facts.distributed is not None}
-    seeds = {name for name, facts in facts_of.items() if facts.starts_process_group or facts.wraps_model}
-    modules = _import_closure(files, seeds) if seeds else frozenset()
-    members = [facts_of[name] for name in modules if name in facts_of]
-    everywhere = list(facts_of.values())
-    return DistributedProject(
-        modules=modules,
-        sets_epoch=any(f.sets_epoch for f in everywhere),
-        selects_device=any(f.selects_device for f in everywhere),
-        reads_local_rank_env=any(f.reads_local_rank_env for f in everywhere),
-        trainer_framework=any(name.split(".")[0] in TRAINER_FRAMEWORKS for facts in files for name in facts.imports),
-        epoch_loop=any(f.epoch_loop for f in members),
-        wraps_model=any(f.wraps_model for f in members),
-        shards_evaluation=any(f.shards_evaluation for f in members),
-        uses_cuda=any(f.uses_cuda for f in members),
-    )
+    keyed = {(f.directory, f.module_name): f for f in files}
+    seeds_by_folder: Dict[str, Set[FileKey]] = {}
+    for key, facts in keyed.items():
+        if facts.distributed is not None and (facts.distributed.starts_process_group or facts.distributed.wraps_model):
+            seeds_by_folder.setdefault(key[0], set()).add(key)
+    if not seeds_by_folder:
+        return DistributedProject()
+    imported_by, imports_of = _import_graph(keyed)
+    programs: List[DistributedProgram] = []
+    membership: Dict[FileKey, List[int]] = {}
+    for folder in sorted(seeds_by_folder):
+        members = _reachable(_reachable(seeds_by_folder[folder], imported_by), imports_of)
+        for key in members:
+            membership.setdefault(key, []).append(len(programs))
+        programs.append(DistributedProgram.merge(keyed[key] for key in members))
+    return DistributedProject(tuple(programs), {key: tuple(value) for key, value in membership.items()})
 
 
-def _import_closure(files: Sequence[FileFacts], seeds: Set[str]) -> FrozenSet[str]:
-    """The seeds, the project modules that import them (transitively), and everything those import."""
-    project = {facts.module_name for facts in files}
-    imported_by: Dict[str, Set[str]] = {}
-    imports_of: Dict[str, Set[str]] = {}
-    for facts in files:
+def _import_graph(keyed: Mapping[FileKey, FileFacts]) -> Tuple[Dict[FileKey, Set[FileKey]], Dict[FileKey, Set[FileKey]]]:
+    """Import edges between files. A top-level name resolves to the module beside the importing file
+    when there is one (Python finds `model.py` beside the script), else to every module of that name."""
+    by_name: Dict[str, List[FileKey]] = {}
+    for key in keyed:
+        by_name.setdefault(key[1], []).append(key)
+    imported_by: Dict[FileKey, Set[FileKey]] = {}
+    imports_of: Dict[FileKey, Set[FileKey]] = {}
+    for key, facts in keyed.items():
         for imported in facts.imports:
             for prefix in _prefixes(imported):
-                if prefix in project and prefix != facts.module_name:
-                    imported_by.setdefault(prefix, set()).add(facts.module_name)
-                    imports_of.setdefault(facts.module_name, set()).add(prefix)
-    upward = _reachable(seeds, imported_by)
-    return frozenset(_reachable(upward, imports_of))
+                candidates = by_name.get(prefix, ())
+                beside = [c for c in candidates if c[0] == key[0]]
+                for target in beside or candidates:
+                    if target != key:
+                        imported_by.setdefault(target, set()).add(key)
+                        imports_of.setdefault(key, set()).add(target)
+    return imported_by, imports_of
 
 
-def _reachable(start: Set[str], edges: Mapping[str, Set[str]]) -> Set[str]:
+def _reachable(start: Iterable, edges: Mapping) -> Set:
     found = set(start)
-    pending = list(start)
+    pending = list(found)
     while pending:
         for successor in edges.get(pending.pop(), ()):
             if successor not in found:
