@@ -14,7 +14,9 @@ from dplint.rules.ddp_common import (
     ScopeInfo,
     argument,
     calls_in,
+    for_loops,
     in_distributed_program,
+    program,
     is_backward_call,
     iter_scopes,
     iter_sites,
@@ -24,6 +26,7 @@ from dplint.rules.ddp_common import (
 
 SAVE = frozenset({"torch.save", "torch.serialization.save"})
 LOAD = frozenset({"torch.load", "torch.serialization.load"})
+_EPOCH = re.compile(r"epoch", re.I)
 # Sharded checkpoints: there every rank must take part, and writes its own shard.
 _SHARDED = re.compile(r"FullyShardedDataParallel|fully_shard|torch\.distributed\.checkpoint|distributed_checkpoint|\bdcp\b")
 
@@ -41,11 +44,12 @@ def _unguarded(ctx: FileContext, scope: ScopeInfo, functions: frozenset, path_in
 
 
 def _runs_on_every_rank(ctx: FileContext, scope: ScopeInfo) -> bool:
-    """The scope trains, wraps the model or starts the process group: every rank runs it."""
+    """The scope trains (a backward, a loop over epochs), wraps the model or starts the process group:
+    every rank runs it."""
     for call in scope_calls(scope):
         if is_backward_call(call) or ctx.qualify(call.func) in DDP | INIT_PROCESS_GROUP:
             return True
-    return False
+    return any(_EPOCH.search(dotted(loop.target) or "") for loop in for_loops(scope))
 
 
 class CheckpointOnEveryRank(Rule):
@@ -325,7 +329,8 @@ class LoadWithoutMapLocation(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        if not in_distributed_program(ctx) or not ctx.project.distributed.uses_cuda:
+        facts = program(ctx)
+        if facts is None or not facts.uses_cuda:
             return
         for scope in iter_scopes(ctx.module):
             for call in _unguarded(ctx, scope, LOAD, 0, "f"):

@@ -9,6 +9,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tup
 
 import libcst as cst
 
+from dplint.analysis.facts import DistributedProgram, FileFacts, scan_distributed, scan_imports
 from dplint.analysis.names import Body, block_body, child_blocks, dotted
 from dplint.context import FileContext
 
@@ -36,6 +37,13 @@ FSDP_COLLECTIVE_METHODS = frozenset({"summon_full_params", "full_optim_state_dic
 # `is_main_process`, `master_process`, `trainer.is_global_zero`, `rank_zero_only`.
 _RANK_WORD = re.compile(
     r"(?:^|_)rank(?:$|_|0)|is_global_zero|(?:^|_)(?:main|master)_process$|^is_(?:main|master)$|^rank0$",
+    re.I,
+)
+# A name whose truth value differs between ranks: the rank itself, or a rank-zero predicate. (Flags
+# such as `args.eval_on_rank0` are the same on every rank.)
+_RANK_PREDICATE = re.compile(
+    r"^(?:(?:local_|global_|node_|ddp_)?rank|get_(?:local_|global_)?rank|(?:is_)?(?:local_)?(?:main|master)(?:_process|_rank)?"
+    r"|is_global_zero|is_local_zero|is_rank_?(?:0|zero)|rank_?(?:0|zero))$",
     re.I,
 )
 _RANK_ZERO_DECORATOR = re.compile(r"rank_?zero|rank0|master_only|main_process_only|on_main_process", re.I)
@@ -120,7 +128,7 @@ def is_rank_test(expr: cst.BaseExpression) -> bool:
                 return False
         return not literals or any(value >= 0 for value in literals)
     if isinstance(expr, (cst.Name, cst.Attribute)):
-        return bool(_RANK_WORD.search(expr.value if isinstance(expr, cst.Name) else expr.attr.value))
+        return bool(_RANK_PREDICATE.match(expr.value if isinstance(expr, cst.Name) else expr.attr.value))
     if isinstance(expr, cst.Call):
         return isinstance(expr.func, (cst.Name, cst.Attribute)) and is_rank_test(expr.func)
     return False
@@ -346,8 +354,23 @@ def passed_parameters(call: cst.Call, function: cst.FunctionDef, names: FrozenSe
     return found
 
 
+def program(ctx: FileContext) -> Optional[DistributedProgram]:
+    """The facts of the distributed programs this file belongs to (None: it belongs to none)."""
+    return ctx.memo("ddp-program", lambda: ctx.project.distributed.program_of(ctx.filename))
+
+
 def in_distributed_program(ctx: FileContext) -> bool:
-    return ctx.project.distributed.in_program(ctx.module_name)
+    return program(ctx) is not None
+
+
+def program_or_file(ctx: FileContext) -> DistributedProgram:
+    """The program's facts, or for a file in no known program, what the file itself says."""
+
+    def own() -> DistributedProgram:
+        facts = FileFacts(ctx.module_name, scan_imports(ctx.source, ctx.package), distributed=scan_distributed(ctx.source))
+        return DistributedProgram.merge([facts])
+
+    return program(ctx) or ctx.memo("ddp-own-facts", own)
 
 
 def enclosing_function_names(function: Optional[cst.FunctionDef]) -> str:
@@ -396,3 +419,18 @@ def branches(expr: cst.BaseExpression) -> List[cst.BaseExpression]:
     if isinstance(expr, cst.IfExp):
         return branches(expr.body) + branches(expr.orelse)
     return [expr]
+
+
+def for_loops(scope: ScopeInfo) -> List[cst.For]:
+    """The scope's `for` loops (not those of nested functions)."""
+    found: List[cst.For] = []
+    pending: List[Body] = [scope.body]
+    while pending:
+        for statement in pending.pop():
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            if isinstance(statement, cst.For):
+                found.append(statement)
+            if isinstance(statement, cst.BaseCompoundStatement):
+                pending.extend(child_blocks(statement))
+    return found

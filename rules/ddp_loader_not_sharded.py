@@ -12,7 +12,7 @@ from dplint.rules.ddp_common import (
     DATA_LOADERS,
     ScopeInfo,
     argument,
-    in_distributed_program,
+    program,
     is_literal,
     iter_scopes,
     mentions,
@@ -145,8 +145,8 @@ class TrainingLoaderNotSharded(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        facts = ctx.project.distributed
-        if not in_distributed_program(ctx) or not facts.wraps_model or facts.trainer_framework:
+        facts = program(ctx)
+        if facts is None or not facts.wraps_model or facts.trainer_framework:
             return
         if "DistributedSampler" not in ctx.source:
             single_process = _single_process_calls(ctx.module)

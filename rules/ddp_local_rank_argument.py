@@ -7,7 +7,7 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.rules.ddp_common import calls_in
+from dplint.rules.ddp_common import calls_in, program_or_file
 
 
 class LocalRankArgument(Rule):
@@ -107,7 +107,7 @@ class LocalRankArgument(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        if ctx.project.distributed.reads_local_rank_env or "LOCAL_RANK" in ctx.source:
+        if program_or_file(ctx).reads_local_rank_env:
             return
         for call in calls_in(ctx.module):
             if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"):

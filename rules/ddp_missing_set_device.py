@@ -13,6 +13,7 @@ from dplint.rules.ddp_common import (
     argument,
     branches,
     iter_scopes,
+    program_or_file,
     scope_calls,
     values_of,
 )
@@ -115,7 +116,7 @@ class MissingSetDevice(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        if ctx.project.distributed.selects_device:
+        if program_or_file(ctx).selects_device:
             return
         for scope in iter_scopes(ctx.module):
             for call in scope_calls(scope):

@@ -74,11 +74,11 @@ class _Callees:
 def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> List[Collective]:
     name = collective_name(ctx, call)
     if name is not None:
-        return [Collective(f"dist.{name}()", call)]
+        return [Collective(f"`dist.{name}()`", call)]
     qualified = ctx.qualify(call.func) or ""
     owner, _, method = qualified.rpartition(".")
     if owner in FSDP and method in FSDP_COLLECTIVE_METHODS:
-        return [Collective(f"FSDP.{method}()", call)]
+        return [Collective(f"`FSDP.{method}()`", call)]
     target = dotted(call.func)
     if target is not None and target in wrapped_names(ctx, scope, DDP):
         return [Collective(f"the forward of DDP model `{target}` (it syncs buffers)", call)]

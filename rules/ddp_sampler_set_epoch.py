@@ -5,7 +5,6 @@ from typing import Iterator, List, Tuple
 
 import libcst as cst
 
-from dplint.analysis.facts import _EPOCH_LOOP
 from dplint.analysis.names import dotted
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
@@ -13,7 +12,7 @@ from dplint.rules.ddp_common import (
     DISTRIBUTED_SAMPLERS,
     argument,
     calls_in,
-    in_distributed_program,
+    program_or_file,
     is_evaluation_name,
     is_literal,
     iter_scopes,
@@ -157,11 +156,8 @@ class DistributedSamplerWithoutSetEpoch(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        facts = ctx.project.distributed
-        if facts.sets_epoch or facts.trainer_framework:
-            return
-        loops_over_epochs = facts.epoch_loop if in_distributed_program(ctx) else _EPOCH_LOOP.search(ctx.source) is not None
-        if not loops_over_epochs:
+        facts = program_or_file(ctx)
+        if facts.sets_epoch or facts.trainer_framework or not facts.epoch_loop:
             return
         for call, targets in distributed_samplers(ctx):
             shuffle = argument(call, "shuffle", 3)

@@ -14,7 +14,7 @@ from dplint.rules.ddp_common import (
     ScopeInfo,
     argument,
     branches,
-    in_distributed_program,
+    program,
     iter_scopes,
     scope_bindings,
     scope_calls,
@@ -156,7 +156,8 @@ class UnreducedMetric(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         sharded = _sharded_loaders(ctx)
-        program_shards = in_distributed_program(ctx) and ctx.project.distributed.shards_evaluation
+        facts = program(ctx)
+        program_shards = facts is not None and facts.shards_evaluation
         for scope in iter_scopes(ctx.module):
             calls = scope_calls(scope)
             if any(_REDUCING.search((dotted(call.func) or "").rpartition(".")[2]) for call in calls):

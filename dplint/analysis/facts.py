@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import (
@@ -580,12 +580,7 @@ class ProjectFacts:
                     wrapped.setdefault(owner, []).append(resolved)
         # Class whose `forward` runs under DataParallel → the wraps that run it.
         self.wrapped: Mapping[str, Tuple[Wrap, ...]] = {name: tuple(wraps) for name, wraps in sorted(wrapped.items())}
-        # Qualified names known to hold a tensor (`config.priors`) or to return one when called (`utils.make_priors()`).
-        self.tensor_values: FrozenSet[str] = _tensor_values(files)
-        # What the DDP/torchrun rules (DPL5xx) need to know about the programs that start a process group.
-        self.distributed = distributed_project(files)
-        # Class → its `self.<attr>` wraps, its own and those of its bases (by class name, across the project).
-        self.attribute_wraps: Mapping[str, Tuple[AttributeWrap, ...]] = _inherited_attribute_wraps(files, classes)
+        self._classes = classes
         self._imports_torch: Dict[str, bool] = {}
 
     @classmethod
@@ -628,6 +623,23 @@ class ProjectFacts:
         if source is None:
             return None
         return self._defining_file(replace(wrap, module=source.rpartition(".")[0], filename=filename), depth + 1)
+
+    # Derived facts are computed on first use: a run answered from the cache never asks for them.
+
+    @cached_property
+    def tensor_values(self) -> FrozenSet[str]:
+        """Qualified names known to hold a tensor (`config.priors`) or to return one when called (`utils.make_priors()`)."""
+        return _tensor_values(list(self.files.values()))
+
+    @cached_property
+    def distributed(self) -> "DistributedProject":
+        """What the DDP/torchrun rules (DPL5xx) need to know about the programs that start a process group."""
+        return distributed_project(self.files, self.index)
+
+    @cached_property
+    def attribute_wraps(self) -> Mapping[str, Tuple[AttributeWrap, ...]]:
+        """Class → its `self.<attr>` wraps, its own and those of its bases (by class name, across the project)."""
+        return _inherited_attribute_wraps(list(self.files.values()), self._classes)
 
     def is_tensor(self, qualified: str) -> bool:
         """Whether a project name holds a tensor (`config.priors`) or a call of it returns one (`utils.make()`)."""
@@ -794,16 +806,9 @@ def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
 
 
 @dataclass(frozen=True)
-class DistributedProject:
-    """The distributed programs of the project, as one summary.
+class DistributedProgram:
+    """What the files of one program (or of several that share files) say, merged."""
 
-    A program that starts a process group (or wraps a model in DDP/FSDP) spans the script, what it
-    imports, and what imports it (a trainer module imported by `train.py`). Facts that silence a rule
-    (`set_epoch` is called, the device is selected) are read from the whole project; facts that are
-    evidence for one are read from the program's modules only.
-    """
-
-    modules: FrozenSet[str] = frozenset()
     sets_epoch: bool = False
     selects_device: bool = False
     reads_local_rank_env: bool = False
@@ -813,51 +818,79 @@ class DistributedProject:
     shards_evaluation: bool = False
     uses_cuda: bool = False
 
-    def in_program(self, module: str) -> bool:
-        return module in self.modules
-
-    def key(self) -> tuple:
-        return (sorted(self.modules), self.sets_epoch, self.selects_device, self.reads_local_rank_env,
-                self.trainer_framework, self.epoch_loop, self.wraps_model, self.shards_evaluation, self.uses_cuda)
-
-
-def distributed_project(files: Sequence[FileFacts]) -> DistributedProject:
-    facts_of = {facts.module_name: facts.distributed for facts in files if facts.distributed is not None}
-    seeds = {name for name, facts in facts_of.items() if facts.starts_process_group or facts.wraps_model}
-    modules = _import_closure(files, seeds) if seeds else frozenset()
-    members = [facts_of[name] for name in modules if name in facts_of]
-    everywhere = list(facts_of.values())
-    return DistributedProject(
-        modules=modules,
-        sets_epoch=any(f.sets_epoch for f in everywhere),
-        selects_device=any(f.selects_device for f in everywhere),
-        reads_local_rank_env=any(f.reads_local_rank_env for f in everywhere),
-        trainer_framework=any(name.split(".")[0] in TRAINER_FRAMEWORKS for facts in files for name in facts.imports),
-        epoch_loop=any(f.epoch_loop for f in members),
-        wraps_model=any(f.wraps_model for f in members),
-        shards_evaluation=any(f.shards_evaluation for f in members),
-        uses_cuda=any(f.uses_cuda for f in members),
-    )
+    @classmethod
+    def merge(cls, files: Iterable[FileFacts]) -> "DistributedProgram":
+        files = list(files)
+        facts = [f.distributed for f in files if f.distributed is not None]
+        return cls(
+            sets_epoch=any(f.sets_epoch for f in facts),
+            selects_device=any(f.selects_device for f in facts),
+            reads_local_rank_env=any(f.reads_local_rank_env for f in facts),
+            trainer_framework=any(name.split(".")[0] in TRAINER_FRAMEWORKS for f in files for name in f.imports),
+            epoch_loop=any(f.epoch_loop for f in facts),
+            wraps_model=any(f.wraps_model for f in facts),
+            shards_evaluation=any(f.shards_evaluation for f in facts),
+            uses_cuda=any(f.uses_cuda for f in facts),
+        )
 
 
-def _import_closure(files: Sequence[FileFacts], seeds: Set[str]) -> FrozenSet[str]:
-    """The seeds, the project modules that import them (transitively), and everything those import."""
-    project = {facts.module_name for facts in files}
+@dataclass(frozen=True)
+class DistributedProject:
+    """The distributed programs of the project.
+
+    A program that starts a process group (or wraps a model in DDP/FSDP) spans the script, what it
+    imports, and what imports it (`train.py` imports the trainer module that starts the group). Seeds
+    in one folder make one program; two projects linted together stay two programs.
+    """
+
+    programs: Tuple[DistributedProgram, ...] = ()
+    membership: Mapping[str, Tuple[int, ...]] = field(default_factory=dict)  # filename → its programs
+
+    def program_of(self, filename: str) -> Optional[DistributedProgram]:
+        """The merged facts of the programs this file belongs to; None when it belongs to none."""
+        indexes = self.membership.get(filename)
+        if not indexes:
+            return None
+        programs = [self.programs[i] for i in indexes]
+        return DistributedProgram(*(any(getattr(p, name) for p in programs) for name in DistributedProgram.__dataclass_fields__))
+
+
+def distributed_project(files: Mapping[str, FileFacts], index: ModuleIndex) -> DistributedProject:
+    seeds_by_folder: Dict[str, Set[str]] = {}
+    for filename, facts in files.items():
+        if facts.distributed is not None and (facts.distributed.starts_process_group or facts.distributed.wraps_model):
+            seeds_by_folder.setdefault(os.path.dirname(filename), set()).add(filename)
+    if not seeds_by_folder:
+        return DistributedProject()
+    imported_by, imports_of = _import_graph(files, index)
+    programs: List[DistributedProgram] = []
+    membership: Dict[str, List[int]] = {}
+    for folder in sorted(seeds_by_folder):
+        members = _reachable(_reachable(seeds_by_folder[folder], imported_by), imports_of)
+        for filename in members:
+            membership.setdefault(filename, []).append(len(programs))
+        programs.append(DistributedProgram.merge(files[filename] for filename in members))
+    return DistributedProject(tuple(programs), {filename: tuple(value) for filename, value in membership.items()})
+
+
+def _import_graph(files: Mapping[str, FileFacts], index: ModuleIndex) -> Tuple[Dict[str, Set[str]], Dict[str, Set[str]]]:
+    """Import edges between the project's files, each import resolved as Python would for its file."""
     imported_by: Dict[str, Set[str]] = {}
     imports_of: Dict[str, Set[str]] = {}
-    for facts in files:
+    for filename, facts in files.items():
         for imported in facts.imports:
-            for prefix in _prefixes(imported):
-                if prefix in project and prefix != facts.module_name:
-                    imported_by.setdefault(prefix, set()).add(facts.module_name)
-                    imports_of.setdefault(facts.module_name, set()).add(prefix)
-    upward = _reachable(seeds, imported_by)
-    return frozenset(_reachable(upward, imports_of))
+            if is_torch_module(imported):
+                continue
+            for target in index.resolve_chain(imported, filename):
+                if target != filename:
+                    imported_by.setdefault(target, set()).add(filename)
+                    imports_of.setdefault(filename, set()).add(target)
+    return imported_by, imports_of
 
 
-def _reachable(start: Set[str], edges: Mapping[str, Set[str]]) -> Set[str]:
+def _reachable(start: Iterable, edges: Mapping) -> Set:
     found = set(start)
-    pending = list(start)
+    pending = list(found)
     while pending:
         for successor in edges.get(pending.pop(), ()):
             if successor not in found:

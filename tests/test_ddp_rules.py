@@ -1,0 +1,181 @@
+"""DDP/torchrun rules (DPL5xx) across the files of a project, through the Python API and the CLI.
+
+The per-rule VALID/INVALID examples run in tests/test_rule_examples.py; these tests cover what a single
+file cannot show: facts that span files, programs that stay apart, and the fixture project's twin.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from dplint import lint_paths, lint_source
+from dplint.analysis.facts import FileFacts, ProjectFacts, collect_file_facts, scan_distributed
+from dplint.config import resolve_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DATA = """
+from torch.utils.data import DataLoader, DistributedSampler
+
+def build_loader(dataset):
+    sampler = DistributedSampler(dataset)
+    return DataLoader(dataset, batch_size=32, sampler=sampler)
+"""
+TRAIN = """
+import torch.distributed as dist
+from data import build_loader
+
+def main(dataset, model):
+    dist.init_process_group("gloo")
+    loader = build_loader(dataset)
+    for epoch in range(10):
+        {set_epoch}
+        for x, y in loader:
+            model(x).sum().backward()
+"""
+
+
+def write(root: Path, relative: str, text: str) -> Path:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def lint(root: Path, select=("DPL5",)):
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        return lint_paths(["."], resolve_settings(root, {"select": list(select)}), cache=False)
+    finally:
+        os.chdir(cwd)
+
+
+def codes(result):
+    return sorted((f.path, f.location.row, f.code) for f in result.findings)
+
+
+def test_set_epoch_in_the_trainer_silences_the_sampler_built_in_the_data_module(tmp_path):
+    write(tmp_path, "data.py", DATA)
+    write(tmp_path, "train.py", TRAIN.format(set_epoch="loader.sampler.set_epoch(epoch)"))
+    assert codes(lint(tmp_path)) == []
+
+
+def test_a_sampler_never_stepped_anywhere_in_the_program_is_reported_where_it_is_built(tmp_path):
+    write(tmp_path, "data.py", DATA)
+    write(tmp_path, "train.py", TRAIN.format(set_epoch="pass"))
+    assert codes(lint(tmp_path)) == [("data.py", 5, "DPL501")]
+
+
+def test_a_custom_sampler_defining_set_epoch_counts_as_stepping(tmp_path):
+    # The data module wraps the sampler in its own, whose set_epoch steps the inner one.
+    write(tmp_path, "data.py", "from samplers import Chunked\n" + textwrap.dedent(DATA))
+    write(tmp_path, "train.py", TRAIN.format(set_epoch="pass"))
+    write(tmp_path, "samplers.py", "class Chunked:\n    def set_epoch(self, epoch):\n        self.inner.set_epoch(epoch)\n")
+    assert codes(lint(tmp_path)) == []
+
+
+def test_two_projects_linted_together_keep_their_own_facts(tmp_path):
+    # The same module names in two folders: the set_epoch of one must not silence the other.
+    write(tmp_path, "good/data.py", DATA)
+    write(tmp_path, "good/train.py", TRAIN.format(set_epoch="loader.sampler.set_epoch(epoch)"))
+    write(tmp_path, "bad/data.py", DATA)
+    write(tmp_path, "bad/train.py", TRAIN.format(set_epoch="pass"))
+    assert codes(lint(tmp_path)) == [(os.path.join("bad", "data.py"), 5, "DPL501")]
+
+
+def test_a_module_joins_the_program_of_the_script_that_imports_it(tmp_path):
+    engine = """
+    import torch
+
+    def fit(model, loader, epochs):
+        for epoch in range(epochs):
+            for x in loader:
+                model(x).sum().backward()
+            torch.save(model.state_dict(), "last.pt")
+    """
+    write(tmp_path, "engine.py", engine)
+    assert codes(lint(tmp_path)) == []  # no process group: a single-process program
+    write(tmp_path, "train.py", "import torch.distributed as dist\nfrom engine import fit\ndist.init_process_group('gloo')\n")
+    assert codes(lint(tmp_path)) == [("engine.py", 8, "DPL505")]
+
+
+def test_an_unsharded_training_loader_in_a_data_module_of_a_ddp_program(tmp_path):
+    write(tmp_path, "data.py", "from torch.utils.data import DataLoader\n\ndef loader(ds):\n    return DataLoader(ds, shuffle=True)\n")
+    assert codes(lint(tmp_path)) == []
+    write(tmp_path, "train.py", "from torch.nn.parallel import DistributedDataParallel as DDP\nimport data\nmodel = DDP(net)\n")
+    assert codes(lint(tmp_path)) == [("data.py", 4, "DPL503")]
+
+
+def test_local_rank_argument_is_fine_when_another_file_reads_the_environment(tmp_path):
+    write(tmp_path, "cli.py", 'import argparse\np = argparse.ArgumentParser()\np.add_argument("--local_rank", type=int)\n')
+    write(tmp_path, "train.py", 'import os\nimport torch.distributed as dist\nimport cli\nrank = int(os.environ["LOCAL_RANK"])\ndist.init_process_group("gloo")\n')
+    assert codes(lint(tmp_path)) == []
+    write(tmp_path, "train.py", 'import torch.distributed as dist\nimport cli\ndist.init_process_group("gloo")\n')
+    assert codes(lint(tmp_path)) == [("cli.py", 3, "DPL510")]
+
+
+def test_complementary_rank_branches_are_paired_and_a_lone_one_is_not():
+    paired = """
+    import torch.distributed as dist
+
+    def prepare(local_rank):
+        if local_rank not in (-1, 0):
+            dist.barrier()
+        download()
+        if local_rank == 0:
+            dist.barrier()
+    """
+    assert lint_source(textwrap.dedent(paired), select=["DPL507"]) == []
+    lone = paired.replace("        if local_rank not in (-1, 0):\n            dist.barrier()\n", "")
+    assert [f.location.row for f in lint_source(textwrap.dedent(lone), select=["DPL507"])] == [7]
+
+
+def test_both_branches_of_one_rank_condition_with_the_same_collective_are_fine():
+    code = """
+    import torch.distributed as dist
+    if dist.get_rank() == 0:
+        objects = [load_config()]
+        dist.broadcast_object_list(objects, src=0)
+    else:
+        objects = [None]
+        dist.broadcast_object_list(objects, src=0)
+    """
+    assert lint_source(textwrap.dedent(code), select=["DPL507"]) == []
+
+
+def test_mode_checks_and_rank_flags_are_not_rank_conditions():
+    code = """
+    import torch.distributed as dist
+    if args.local_rank != -1:
+        dist.barrier()  # distributed mode: the same on every rank
+    if args.eval_on_rank0:
+        dist.barrier()  # a flag, the same on every rank
+    if dist.get_world_size() > 1:
+        dist.barrier()
+    """
+    assert lint_source(textwrap.dedent(code), select=["DPL507"]) == []
+
+
+def test_the_fixture_project_and_its_fixed_twin_through_the_cli():
+    command = [sys.executable, "-m", "dplint", "--no-cache", "--format", "concise", "--select", "ALL"]
+    fixed = subprocess.run([*command, "fixtures/ddp_project_fixed"], cwd=ROOT, capture_output=True, text=True)
+    assert (fixed.returncode, fixed.stdout.strip()) == (0, "All checks passed!")
+    buggy = subprocess.run([*command, "fixtures/ddp_project"], cwd=ROOT, capture_output=True, text=True)
+    reported = {line.split(" ")[1] for line in buggy.stdout.splitlines() if ": DPL" in line}
+    expected = {f"DPL5{n:02d}" for n in range(1, 14)}  # DPL509 is advice, off by default: selected here
+    assert buggy.returncode == 1 and reported == expected
+
+
+def test_distributed_facts_are_cheap_to_skip_and_part_of_the_cache_key():
+    assert scan_distributed("import torch.nn as nn\n\nclass Net(nn.Module):\n    pass\n") is None
+    data = collect_file_facts(textwrap.dedent(DATA), "data", "", "data.py", "/project/data.py")
+    stepped = collect_file_facts(textwrap.dedent(TRAIN.format(set_epoch="loader.sampler.set_epoch(epoch)")), "train", "", "train.py", "/project/train.py")
+    unstepped = collect_file_facts(textwrap.dedent(TRAIN.format(set_epoch="pass")), "train", "", "train.py", "/project/train.py")
+    assert ProjectFacts.build([data, stepped]).digest != ProjectFacts.build([data, unstepped]).digest
+    assert ProjectFacts.build([data, stepped]).distributed.program_of("/project/data.py").sets_epoch
+    assert ProjectFacts.build([FileFacts("lone", "/project/lone.py")]).distributed.program_of("/project/lone.py") is None
