@@ -57,7 +57,7 @@ async def client(lsp_client: LanguageClient, tmp_path_factory: pytest.TempPathFa
     await lsp_client.shutdown_session()
 
 
-async def start(lsp_client: LanguageClient, workspace: Path, capabilities: types.ClientCapabilities = CAPABILITIES) -> None:
+async def start(lsp_client: LanguageClient, workspace: Path) -> None:
     registrations: List[types.Registration] = []
     lsp_client.registrations = registrations  # type: ignore[attr-defined]
 
@@ -66,7 +66,7 @@ async def start(lsp_client: LanguageClient, workspace: Path, capabilities: types
         registrations.extend(params.registrations)
 
     params = types.InitializeParams(
-        capabilities=capabilities,
+        capabilities=CAPABILITIES,
         root_uri=workspace.as_uri(),
         workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="demo")],
     )
@@ -356,6 +356,8 @@ async def test_pyproject_is_reread_when_it_changes(client: LanguageClient, works
     open_document(client, uri, MOVE)
     assert codes(await diagnostics(client, uri)) == []
 
+    (watched,) = [r for r in client.registrations if r.method == types.WORKSPACE_DID_CHANGE_WATCHED_FILES]
+    assert "**/pyproject.toml" in [w["globPattern"] for w in watched.register_options["watchers"]]
     pyproject.write_text("[tool.dplint]\n")
     change = types.FileEvent(pyproject.as_uri(), types.FileChangeType.Changed)
     client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams([change]))

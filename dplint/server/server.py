@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import ast
+import asyncio
 import traceback
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -118,7 +118,7 @@ class DplintServer(LanguageServer):
             types.PublishDiagnosticsParams(uri, [linted.converter.diagnostic(f) for f in findings], version)
         )
         if project.project().digest != before:
-            self.relint_others(uri, project)
+            self.relint_open(project, but=uri)
         return linted
 
     def current(self, uri: str) -> Optional[Linted]:
@@ -145,14 +145,14 @@ class DplintServer(LanguageServer):
         if task is not None:
             task.cancel()
 
-    def relint_others(self, uri: str, project: Optional[WorkspaceFacts] = None) -> None:
-        """Open documents whose findings may depend on what changed (the same project's, or every one)."""
-        for other in list(self.workspace.text_documents):
-            filename = to_fs_path(other)
-            if other == uri or filename is None:
+    def relint_open(self, project: Optional[WorkspaceFacts] = None, but: str = "") -> None:
+        """Lint again the open documents of this project (of every project when None), but the one just linted."""
+        for uri in list(self.workspace.text_documents):
+            filename = to_fs_path(uri)
+            if uri == but or filename is None:
                 continue
             if project is None or project_root(Path(filename)) == project.root:
-                self.lint_soon(other, 0)
+                self.lint_soon(uri, 0)
 
     def forget(self, uri: str) -> None:
         self.cancel(uri)
@@ -165,7 +165,7 @@ class DplintServer(LanguageServer):
             before = project.project().digest
             project.drop_text(filename)
             if project.project().digest != before:
-                self.relint_others(uri, project)
+                self.relint_open(project, but=uri)
 
 
 def _is_excluded(settings: Settings, path: Path) -> bool:
@@ -215,7 +215,7 @@ async def pull_configuration(ls: DplintServer) -> bool:
 async def did_change_configuration(ls: DplintServer, params: types.DidChangeConfigurationParams) -> None:
     if not await pull_configuration(ls):
         ls.use_client_settings(params.settings)
-    ls.relint_others("")
+    ls.relint_open()
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
@@ -233,7 +233,7 @@ async def did_change(ls: DplintServer, params: types.DidChangeTextDocumentParams
 async def did_save(ls: DplintServer, params: types.DidSaveTextDocumentParams) -> None:
     uri = params.text_document.uri
     if uri.endswith(CONFIG_FILES):
-        ls.relint_others(uri)
+        ls.relint_open()
     else:
         ls.cancel(uri)
         ls.lint(uri)
@@ -248,23 +248,27 @@ async def did_close(ls: DplintServer, params: types.DidCloseTextDocumentParams) 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
 async def did_change_watched_files(ls: DplintServer, params: types.DidChangeWatchedFilesParams) -> None:
-    changed_projects = set()
+    """A file changed outside the editor: its facts are read again; a pyproject.toml affects every document."""
+    settings_changed = False
+    changed: Set[Path] = set()
     for change in params.changes:
         filename = to_fs_path(change.uri)
         if filename is None:
             continue
         if filename.endswith(CONFIG_FILES):
-            ls.relint_others("")  # settings are read afresh for every lint
-            return
-        if filename.endswith(SOURCE_SUFFIXES) and change.uri not in ls.workspace.text_documents:
+            settings_changed = True  # settings are read afresh for every lint
+        elif filename.endswith(SOURCE_SUFFIXES) and change.uri not in ls.workspace.text_documents:
             project = ls.projects.get(project_root(Path(filename)))
             if project is not None:
                 before = project.project().digest
                 project.reload(filename)
                 if project.project().digest != before:
-                    changed_projects.add(project.root)
-    for root in changed_projects:
-        ls.relint_others("", ls.projects[root])
+                    changed.add(project.root)
+    if settings_changed:
+        ls.relint_open()
+        return
+    for root in changed:
+        ls.relint_open(ls.projects[root])
 
 
 @server.feature(
