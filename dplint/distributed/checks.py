@@ -157,6 +157,7 @@ def install(channel: Channel, checks: Set[str], group_ready: bool = False) -> No
     if "samplers" in checks:
         _patch(rank, DistributedSampler, "__iter__", _sampler_iter(DistributedSampler.__iter__))
     if "sharding" in checks:
+        _patch(rank, DataLoader, "__init__", _loader_init(DataLoader.__init__))
         _patch(rank, DataLoader, "__iter__", _loader_iter(rank, DataLoader.__iter__))
         _patch(rank, _BaseDataLoaderIter, "_next_index", _next_index(_BaseDataLoaderIter._next_index))
         _patch(rank, _BaseDataLoaderIter, "__next__", _next_batch(_BaseDataLoaderIter.__next__))
@@ -431,6 +432,15 @@ def _training(rank: _RankChecks) -> bool:
     return any((ddp := model.ddp()) is not None and ddp.training for model in rank.models)
 
 
+def _loader_init(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def __init__(self: DataLoader, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.__dict__["_dplint_where"] = user_site()
+
+    return __init__
+
+
 def _loader_iter(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def __iter__(self: DataLoader) -> Any:
@@ -441,7 +451,8 @@ def _loader_iter(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..
             sampler = self.sampler
             if isinstance(sampler, DistributedSampler) and not sampler.drop_last:
                 padding = sampler.total_size - len(sampler.dataset)  # type: ignore[arg-type]
-            iterator._dplint_first = {"index": rank.loaders, "where": user_site(), "padding": padding}
+            where = self.__dict__.get("_dplint_where") or user_site()
+            iterator._dplint_first = {"index": rank.loaders, "where": where, "padding": padding}
             rank.loaders += 1
         return iterator
 

@@ -185,7 +185,8 @@ def _context() -> Any:
     if sys.platform == "win32":
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["dplint.distributed.rank", "dplint.distributed.checks"])
+    # DistributedDataParallel's constructor imports torch._dynamo (seconds): once here, not in every rank.
+    context.set_forkserver_preload(["dplint.distributed.rank", "dplint.distributed.checks", "torch._dynamo"])
     return context
 
 
