@@ -137,7 +137,8 @@ def install(channel: Channel, checks: Set[str], group_ready: bool = False) -> No
             if getattr(dist, name, None) is not None:
                 _patch(rank, dist, name, getattr(dist.distributed_c10d, name))
     _patch(rank, DistributedDataParallel, "__init__", _ddp_init(rank, DistributedDataParallel.__init__))
-    _patch(rank, DistributedDataParallel, "forward", _ddp_forward(rank, DistributedDataParallel.forward))
+    if checks & {"collectives", "divergence", "unused-parameters"}:
+        _patch(rank, DistributedDataParallel, "forward", _ddp_forward(rank, DistributedDataParallel.forward))
     if "divergence" in checks:
         _patch(rank, nn.Module, "load_state_dict", _changing(rank, nn.Module.load_state_dict, "load_state_dict()"))
         _patch(rank, nn.Module, "_apply", _changing(rank, nn.Module._apply, "a move or cast (.to/.double/...)"))
@@ -321,12 +322,14 @@ def _bypass_hook(rank: _RankChecks, model: _Model, module: nn.Module, inputs: An
 def _ddp_forward(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def forward(self: DistributedDataParallel, *inputs: Any, **kwargs: Any) -> Any:
-        where = user_site()
-        syncs = "collectives" in rank.checks and self.will_sync_module_buffers() and self.process_group is dist.GroupMember.WORLD
-        if syncs:
-            rank.enter("DDP forward (buffer broadcast)", where)
-        else:
-            rank.channel.state(f"is in or after DDP forward at {where} (its backward all-reduces gradients)")
+        syncs = False
+        if "collectives" in rank.checks:
+            where = user_site()
+            syncs = self.will_sync_module_buffers() and self.process_group is dist.GroupMember.WORLD
+            if syncs:
+                rank.enter("DDP forward (buffer broadcast)", where)
+            else:
+                rank.channel.state(f"is in or after DDP forward at {where} (its backward all-reduces gradients)")
         rank.local.ddp_forward = getattr(rank.local, "ddp_forward", 0) + 1
         try:
             return original(self, *inputs, **kwargs)
