@@ -32,12 +32,14 @@ from dplint.rules.loss_data_index import LossDataIndex
 from dplint.rules.model_outside_strategy_scope import ModelOutsideStrategyScope
 from dplint.rules.module_off_primary_device import ModuleOffPrimaryDevice
 from dplint.rules.parse_error import ParseError
+from dplint.rules.replica_divergence import ReplicaDivergence
 from dplint.rules.rnn_without_flatten_parameters import RnnWithoutFlattenParameters
 from dplint.rules.rows_not_independent import BatchRowsNotIndependent
 from dplint.rules.scalar_output_from_forward import ScalarOutputFromForward
 from dplint.rules.scatter_drops_samples import ScatterDropsSamples
 from dplint.rules.single_device_data_parallel import SingleDeviceDataParallel
 from dplint.rules.uneven_batch import UnevenBatch
+from dplint.rules.unused_parameters import UnusedParameters
 from dplint.rules.wrapper_attribute_access import WrapperAttributeAccess
 from dplint.rules.wrapper_state_dict_prefix import WrapperStateDictPrefix
 
@@ -83,6 +85,8 @@ RUNTIME_ONLY: List[Type[Rule]] = [
     SingleDeviceDataParallel,
     BatchRowsNotIndependent,
     ScatterDropsSamples,
+    ReplicaDivergence,
+    UnusedParameters,
 ]
 ALL_RULES: List[Type[Rule]] = sorted([ParseError, *CHECKS, *RUNTIME_ONLY], key=lambda rule: rule.code)
 BY_CODE: Dict[str, Type[Rule]] = {rule.code: rule for rule in ALL_RULES}

@@ -137,7 +137,8 @@ def install(channel: Channel, checks: Set[str], group_ready: bool = False) -> No
             if getattr(dist, name, None) is not None:
                 _patch(rank, dist, name, getattr(dist.distributed_c10d, name))
     _patch(rank, DistributedDataParallel, "__init__", _ddp_init(rank, DistributedDataParallel.__init__))
-    _patch(rank, DistributedDataParallel, "forward", _ddp_forward(rank, DistributedDataParallel.forward))
+    if checks & {"collectives", "divergence", "unused-parameters"}:
+        _patch(rank, DistributedDataParallel, "forward", _ddp_forward(rank, DistributedDataParallel.forward))
     if "divergence" in checks:
         _patch(rank, nn.Module, "load_state_dict", _changing(rank, nn.Module.load_state_dict, "load_state_dict()"))
         _patch(rank, nn.Module, "_apply", _changing(rank, nn.Module._apply, "a move or cast (.to/.double/...)"))
@@ -157,6 +158,7 @@ def install(channel: Channel, checks: Set[str], group_ready: bool = False) -> No
     if "samplers" in checks:
         _patch(rank, DistributedSampler, "__iter__", _sampler_iter(DistributedSampler.__iter__))
     if "sharding" in checks:
+        _patch(rank, DataLoader, "__init__", _loader_init(DataLoader.__init__))
         _patch(rank, DataLoader, "__iter__", _loader_iter(rank, DataLoader.__iter__))
         _patch(rank, _BaseDataLoaderIter, "_next_index", _next_index(_BaseDataLoaderIter._next_index))
         _patch(rank, _BaseDataLoaderIter, "__next__", _next_batch(_BaseDataLoaderIter.__next__))
@@ -320,12 +322,14 @@ def _bypass_hook(rank: _RankChecks, model: _Model, module: nn.Module, inputs: An
 def _ddp_forward(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def forward(self: DistributedDataParallel, *inputs: Any, **kwargs: Any) -> Any:
-        where = user_site()
-        syncs = "collectives" in rank.checks and self.will_sync_module_buffers() and self.process_group is dist.GroupMember.WORLD
-        if syncs:
-            rank.enter("DDP forward (buffer broadcast)", where)
-        else:
-            rank.channel.state(f"is in or after DDP forward at {where} (its backward all-reduces gradients)")
+        syncs = False
+        if "collectives" in rank.checks:
+            where = user_site()
+            syncs = self.will_sync_module_buffers() and self.process_group is dist.GroupMember.WORLD
+            if syncs:
+                rank.enter("DDP forward (buffer broadcast)", where)
+            else:
+                rank.channel.state(f"is in or after DDP forward at {where} (its backward all-reduces gradients)")
         rank.local.ddp_forward = getattr(rank.local, "ddp_forward", 0) + 1
         try:
             return original(self, *inputs, **kwargs)
@@ -431,6 +435,15 @@ def _training(rank: _RankChecks) -> bool:
     return any((ddp := model.ddp()) is not None and ddp.training for model in rank.models)
 
 
+def _loader_init(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def __init__(self: DataLoader, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.__dict__["_dplint_where"] = user_site()
+
+    return __init__
+
+
 def _loader_iter(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def __iter__(self: DataLoader) -> Any:
@@ -441,7 +454,8 @@ def _loader_iter(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..
             sampler = self.sampler
             if isinstance(sampler, DistributedSampler) and not sampler.drop_last:
                 padding = sampler.total_size - len(sampler.dataset)  # type: ignore[arg-type]
-            iterator._dplint_first = {"index": rank.loaders, "where": user_site(), "padding": padding}
+            where = self.__dict__.get("_dplint_where") or user_site()
+            iterator._dplint_first = {"index": rank.loaders, "where": where, "padding": padding}
             rank.loaders += 1
         return iterator
 

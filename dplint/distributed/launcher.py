@@ -149,7 +149,7 @@ def launch(
     *args: Any,
     nprocs: int = 2,
     timeout: float = DEFAULT_TIMEOUT,
-    checks: Iterable[str] = (),
+    checks: Optional[Iterable[str]] = None,
     action: str = "raise",
     kwargs: Optional[Dict[str, Any]] = None,
 ) -> List[Any]:
@@ -159,13 +159,13 @@ def launch(
     rank, where, and what every other rank was doing) or, with `action="raise"`, when the checks
     found pitfalls; with `action="warn"` findings are warnings instead. `timeout` (seconds) bounds
     every wait on a peer: a collective, a barrier, the group's rendezvous. `checks` picks checks by
-    name (default: all of `dplint.distributed.ALL_CHECKS`). `fn` and its arguments must be
+    name (None: all of `dplint.distributed.ALL_CHECKS`; empty: none, only the CPU shims). `fn` and its arguments must be
     picklable (a module-level function), as with torch.multiprocessing.spawn.
     """
     from dplint.distributed.checks import ALL_CHECKS
     from dplint.distributed.rank import run_function
 
-    chosen = _validate(nprocs, timeout, checks or ALL_CHECKS, action)
+    chosen = _validate(nprocs, timeout, ALL_CHECKS if checks is None else checks, action)
     outcome = _run(run_function, (fn, args, kwargs or {}), nprocs, {"timeout": float(timeout), "checks": chosen})
     _report(outcome, action)
     return [outcome.results.get(r) for r in range(nprocs)]
@@ -185,16 +185,17 @@ def _context() -> Any:
     if sys.platform == "win32":
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["dplint.distributed.rank", "dplint.distributed.checks"])
+    # DistributedDataParallel's constructor imports torch._dynamo (seconds): once here, not in every rank.
+    context.set_forkserver_preload(["dplint.distributed.rank", "dplint.distributed.checks", "torch._dynamo"])
     return context
 
 
-def run_script(target: Sequence[str], nprocs: int, timeout: float = DEFAULT_TIMEOUT, checks: Iterable[str] = ()) -> Outcome:
+def run_script(target: Sequence[str], nprocs: int, timeout: float = DEFAULT_TIMEOUT, checks: Optional[Iterable[str]] = None) -> Outcome:
     """`dplint run`: run a script (or `-m` module) as `__main__` in each rank, as torchrun would."""
     from dplint.distributed.checks import ALL_CHECKS
     from dplint.distributed.rank import run_script as run_rank
 
-    chosen = _validate(nprocs, timeout, checks or ALL_CHECKS, "raise")
+    chosen = _validate(nprocs, timeout, ALL_CHECKS if checks is None else checks, "raise")
     return _run(run_rank, (tuple(target),), nprocs, {"timeout": float(timeout), "checks": chosen})
 
 

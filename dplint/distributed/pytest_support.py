@@ -61,7 +61,7 @@ def run_on_ranks(item: pytest.Function, ranks: int) -> bool:
             item.obj,
             nprocs=ranks,
             timeout=options.get("timeout", DEFAULT_TEST_TIMEOUT),
-            checks=options.get("checks", ()),
+            checks=options.get("checks"),
             action=options.get("action", "raise"),
             kwargs=arguments,
         )

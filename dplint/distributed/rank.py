@@ -81,6 +81,7 @@ def run_function(environment: Dict[str, str], settings: Dict[str, Any], fn: Call
     try:
         checks.install(channel, set(settings["checks"]), group_ready=True)
         dist.init_process_group("gloo", timeout=timedelta(seconds=float(settings["timeout"])))
+        channel.state(f"is running {getattr(fn, '__qualname__', fn)}() and has made no collective yet")
         result = fn(*args, **kwargs)
         channel.store.set(result_key(channel.rank), pickle.dumps(result))
     except BaseException as error:  # noqa: B902 - every failure is reported to the launcher, then the rank ends
@@ -102,6 +103,7 @@ def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Se
     status = 0
     try:
         checks.install(channel, set(settings["checks"]))
+        channel.state(f"is running {' '.join(target)} and has made no collective yet")
         if target[0] == "-m":
             sys.argv = [target[1], *target[2:]]
             sys.path[0] = os.getcwd()

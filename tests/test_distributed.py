@@ -1,0 +1,332 @@
+"""dplint.distributed: real gloo process groups on CPU, through launch(), `dplint run` and the pytest marker.
+
+Every launch sets a timeout of a few seconds; the functions the ranks run are defined at module level
+so that the ranks can import them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from dplint.distributed import LaunchError, launch
+from dplint.distributed.analysis import findings as analyse
+from dplint.distributed.channel import display_path
+from dplint.distributed.cli import main as run_main
+
+PROJECT = Path(__file__).parent / "distributed_programs" / "project"
+TIMEOUT = 5
+SOURCE = Path(__file__).read_text()
+
+
+def line_of(marker: str) -> str:
+    """`path:N` of the line carrying `# <marker>`, the path as dplint shows it (relative to the working folder)."""
+    for number, line in enumerate(SOURCE.splitlines(), 1):
+        if line.rstrip().endswith(f"# {marker}"):
+            return f"{display_path(__file__)}:{number}"
+    raise AssertionError(marker)
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_ranks() -> Any:
+    yield
+    assert multiprocessing.active_children() == []
+
+
+# what the ranks run ------------------------------------------------------------------------------
+def environment_and_sum(offset: int) -> Dict[str, Any]:
+    total = torch.tensor([float(dist.get_rank() + offset)])
+    dist.all_reduce(total)
+    names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    return {"env": {name: os.environ[name] for name in names}, "sum": total.item(), "cuda": torch.cuda.is_available()}
+
+
+def dataset() -> TensorDataset:
+    generator = torch.Generator().manual_seed(7)
+    inputs = torch.randn(32, 4, generator=generator)
+    return TensorDataset(inputs, (inputs.sum(dim=1) > 0).long())
+
+
+def train(pitfalls: Sequence[str], folder: Path) -> List[torch.Tensor]:
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
+    data = dataset()
+    seed = rank if "seed_per_rank" in pitfalls else 0
+    sampler = DistributedSampler(data, shuffle=True, seed=seed)  # sampler
+    if "unsharded" in pitfalls:
+        loader = DataLoader(data, batch_size=4, shuffle=True)  # unsharded loader
+    else:
+        loader = DataLoader(data, batch_size=4, sampler=sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if "load_on_rank_zero" in pitfalls and rank == 0:
+        model.module.load_state_dict({k: v + 1 for k, v in model.module.state_dict().items()})  # load after wrap
+    for epoch in range(2):
+        if "no_set_epoch" not in pitfalls:
+            sampler.set_epoch(epoch)
+        next(iter(loader))  # a peek at one batch is not an epoch
+        for inputs, targets in loader:
+            optimizer.zero_grad()
+            outputs = model.module(inputs) if "module_forward" in pitfalls else model(inputs)  # module forward
+            nn.functional.cross_entropy(outputs, targets).backward()
+            optimizer.step()
+    model.eval()
+    with torch.no_grad():  # every rank evaluating the whole set, through .module, is fine
+        for inputs, _ in DataLoader(data, batch_size=8):
+            model.module(inputs)
+    if rank == 0 or "save_every_rank" in pitfalls:
+        torch.save(model.module.state_dict(), folder / "model.pt")  # save
+    return [p.detach() for p in model.parameters()]
+
+
+def unused_parameter() -> None:
+    class TwoHeads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.used = nn.Linear(2, 2)
+            self.unused = nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.used(x)
+
+    model = DDP(TwoHeads())  # unused parameters
+    for _ in range(2):
+        model(torch.ones(1, 2)).sum().backward()
+
+
+def failing_rank() -> None:
+    if dist.get_rank() == 1:
+        raise ValueError("no such shard")  # rank 1 fails
+    dist.barrier()
+
+
+def hanging_barrier() -> None:
+    if dist.get_rank() == 0:
+        dist.barrier()  # rank 0 waits
+    else:
+        time.sleep(60)
+
+
+def gathered_objects() -> List[Any]:
+    objects: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(objects, {"rank": dist.get_rank()})
+    return objects
+
+
+# launch() ----------------------------------------------------------------------------------------
+def test_launch_returns_each_ranks_result_under_torchrun_environment() -> None:
+    results = launch(environment_and_sum, 10, nprocs=2, timeout=TIMEOUT)
+    assert [r["sum"] for r in results] == [21.0, 21.0]
+    assert [r["env"]["RANK"] for r in results] == ["0", "1"]
+    assert [r["env"]["LOCAL_RANK"] for r in results] == ["0", "1"]
+    assert {r["env"]["WORLD_SIZE"] for r in results} == {"2"} == {r["env"]["LOCAL_WORLD_SIZE"] for r in results}
+    assert len({(r["env"]["MASTER_ADDR"], r["env"]["MASTER_PORT"]) for r in results}) == 1
+    assert not any(r["cuda"] for r in results)
+
+
+def test_collectives_made_of_collectives_are_fingerprinted_once() -> None:
+    assert launch(gathered_objects, nprocs=3, timeout=TIMEOUT) == [[{"rank": 0}, {"rank": 1}, {"rank": 2}]] * 3
+
+
+def test_correct_training_has_no_findings_and_identical_replicas(tmp_path: Path) -> None:
+    rank0, rank1 = launch(train, (), tmp_path, nprocs=2, timeout=TIMEOUT)
+    assert all(torch.equal(a, b) for a, b in zip(rank0, rank1))
+    assert (tmp_path / "model.pt").exists()
+
+
+def test_training_pitfalls_are_each_found_where_they_are(tmp_path: Path) -> None:
+    with pytest.raises(LaunchError) as caught:
+        launch(train, ("no_set_epoch", "module_forward", "save_every_rank"), tmp_path, nprocs=2, timeout=TIMEOUT)
+    assert caught.value.failure is None
+    found = {finding.code: finding for finding in caught.value.findings}
+    assert sorted(found) == ["DPL501", "DPL504", "DPL505"]
+    assert found["DPL501"].where == line_of("sampler")
+    assert "epoch 0" in found["DPL501"].message
+    assert found["DPL504"].where == line_of("module forward")
+    assert "`0.weight`" in found["DPL504"].message
+    assert found["DPL505"].where == line_of("save") and found["DPL505"].ranks == (0, 1)
+
+
+def test_warn_action_returns_results_and_warns(tmp_path: Path) -> None:
+    with pytest.warns(RuntimeWarning, match="DPL505"):
+        results = launch(train, ("save_every_rank",), tmp_path, nprocs=2, timeout=TIMEOUT, action="warn")
+    assert len(results) == 2
+
+
+@pytest.mark.parametrize(
+    ("pitfall", "where", "words"),
+    [
+        ("unsharded", "unsharded loader", "same samples"),
+        ("seed_per_rank", "sampler", "`seed` differs between ranks (0 on rank 0, 1 on rank 1)"),
+    ],
+)
+def test_unsharded_or_inconsistent_samplers_are_found(tmp_path: Path, pitfall: str, where: str, words: str) -> None:
+    with pytest.raises(LaunchError) as caught:
+        launch(train, (pitfall,), tmp_path, nprocs=2, timeout=TIMEOUT)
+    [finding] = [f for f in caught.value.findings if f.code == "DPL503"]
+    assert finding.where == line_of(where) and words in finding.message
+
+
+def test_parameters_changed_on_one_rank_after_wrapping_are_named_as_the_cause(tmp_path: Path) -> None:
+    with pytest.raises(LaunchError) as caught:
+        launch(train, ("load_on_rank_zero",), tmp_path, nprocs=2, timeout=TIMEOUT)
+    [finding] = caught.value.findings
+    assert finding.code == "DPL511" and finding.where == line_of("load after wrap")
+    assert "load_state_dict() after wrapping in DDP on rank 0 only" in finding.message
+    assert "after optimizer step 1" in finding.message
+
+
+def test_unused_parameters_are_named() -> None:
+    with pytest.raises(LaunchError) as caught:
+        launch(unused_parameter, nprocs=2, timeout=TIMEOUT)
+    failure = caught.value.failure
+    assert failure is not None and failure.code == "DPL521" and failure.where == line_of("unused parameters")
+    assert "`unused.weight`, `unused.bias`" in failure.message and "find_unused_parameters=True" in failure.message
+
+
+def test_a_failed_rank_is_reported_with_what_the_others_were_doing() -> None:
+    with pytest.raises(LaunchError) as caught:
+        launch(failing_rank, nprocs=2, timeout=TIMEOUT)
+    error = caught.value
+    assert error.failure is not None and error.failure.rank == 1
+    assert error.failure.where == line_of("rank 1 fails")
+    assert str(error).splitlines()[0] == f"rank 1 failed at {line_of('rank 1 fails')}: ValueError: no such shard"
+    assert "rank 0 " in str(error) and "dist.barrier()" in str(error)
+
+
+def test_a_hang_becomes_an_error_naming_both_ranks_within_the_timeout() -> None:
+    started = time.monotonic()
+    with pytest.raises(LaunchError) as caught:
+        launch(hanging_barrier, nprocs=2, timeout=2)
+    assert time.monotonic() - started < 15
+    message = str(caught.value)
+    assert caught.value.code == "DPL507"
+    assert f"rank 0 is in dist.barrier() at {line_of('rank 0 waits')}" in message
+    assert "rank 1 is running hanging_barrier() and has made no collective yet" in message
+
+
+def test_bad_arguments_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="nprocs"):
+        launch(environment_and_sum, 0, nprocs=0)
+    with pytest.raises(ValueError, match="unknown checks"):
+        launch(environment_and_sum, 0, checks=["telepathy"])
+
+
+# the comparisons made after the run ----------------------------------------------------------------
+def batch(indices: List[int], padding: int = 0) -> Dict[str, Any]:
+    return {"kind": "batch", "index": 0, "where": "t.py:1", "padding": padding, "indices": indices}
+
+
+def test_first_batches_that_overlap_only_by_the_samplers_padding_are_fine() -> None:
+    assert analyse({0: [batch([0, 1, 2], padding=1)], 1: [batch([2, 3, 4], padding=1)]}) == []
+    [finding] = analyse({0: [batch([0, 1, 2])], 1: [batch([2, 3, 4])]})
+    assert finding.code == "DPL503" and "share 1" in finding.message
+    assert analyse({0: [batch([0, 1])], 1: [batch([2, 3])]}) == []
+
+
+def test_a_rank_alone_is_never_compared() -> None:
+    assert analyse({0: [batch([0, 1])]}) == []
+
+
+# dplint run --------------------------------------------------------------------------------------
+def dplint_run(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "dplint", "run", "--timeout", str(TIMEOUT), *arguments]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_dplint_run_finds_the_runtime_pitfalls_of_a_multi_file_torchrun_project(tmp_path: Path) -> None:
+    script = PROJECT / "train_pitfalls.py"
+    result = dplint_run("--nproc-per-node", "2", str(script), "--epochs", "2", "--checkpoint", "ckpt.pt", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(": ", 1)[1].split()[0] for line in lines] == ["DPL501", "DPL504", "DPL505"]
+    assert lines[0].startswith(f"{PROJECT / 'data.py'}:13: DPL501")
+    assert lines[2].startswith(f"{script}:36: DPL505") and "`ckpt.pt`" in lines[2]
+    assert result.stderr.count("backend 'nccl' runs as 'gloo' on CPU") == 1
+
+
+def test_dplint_run_runs_the_corrected_project_to_the_end_with_no_findings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # In-process, with this session's warm ranks; the divergence check compared the replicas after every step.
+    monkeypatch.chdir(tmp_path)
+    assert run_main(["--timeout", str(TIMEOUT), str(PROJECT / "train.py"), "--checkpoint", "ckpt.pt"]) == 0
+    assert capsys.readouterr().err == "dplint run: 2 ranks finished; no distributed pitfalls found\n"
+    assert (tmp_path / "ckpt.pt").exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ([], "the following arguments are required"),
+        (["missing.py"], "no such script: missing.py"),
+        (["--nnodes", "2", "x.py"], "only one node"),
+        (["--checks", "samplers,telepathy", "x.py"], "unknown checks telepathy"),
+    ],
+)
+def test_dplint_run_usage_errors(arguments: List[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit:
+        run_main(arguments)
+    assert exit.value.code == 2 and message in capsys.readouterr().err
+
+
+# the pytest marker -------------------------------------------------------------------------------
+def test_marked_test_fails_on_a_rank_conditional_barrier_naming_both_call_sites(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_sync="""
+        import pytest, torch, torch.distributed as dist
+
+        @pytest.mark.dplint(ranks=2, timeout=5)
+        def test_sync():
+            if dist.get_rank() == 0:
+                dist.barrier()
+            dist.all_reduce(torch.ones(3))
+        """
+    )
+    started = time.monotonic()
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert time.monotonic() - started < 30
+    result.assert_outcomes(failed=1)
+    assert (
+        "DPL507 collective mismatch: rank 0 is in dist.barrier() at test_sync.py:6; "
+        "rank 1 is in dist.all_reduce(float32[3]) at test_sync.py:7"
+    ) in result.stdout.str()
+
+
+def test_marker_default_ranks_and_fixtures(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_ranks="""
+        import threading, pytest, torch, torch.distributed as dist
+
+        @pytest.mark.dplint(ranks=True, timeout=5)
+        def test_world(tmp_path):
+            assert dist.get_world_size() == 3
+            (tmp_path / f"rank{dist.get_rank()}").write_text("here")
+
+        def test_shared_folder(tmp_path_factory):
+            assert sorted(p.name for p in tmp_path_factory.getbasetemp().glob("test_world0/rank*")) == ["rank0", "rank1", "rank2"]
+
+        @pytest.fixture
+        def lock():
+            return threading.Lock()
+
+        @pytest.mark.dplint(ranks=2)
+        def test_lock(lock):
+            pass
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "--dplint-ranks", "3")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*fixture lock cannot be sent to the ranks (not picklable)*"])
