@@ -43,12 +43,17 @@ def test_crnn_fails_with_dpl301_and_the_gathered_shape(crnn_project):
     result.stdout.fnmatch_lines(
         [
             "dplint: DataParallel runtime checks on, 2 simulated devices",
-            "*DPL301 forward returned [[]25, 4, 37[]] per replica (output); gathered along dim 0 this became [[]50, 4, 37[]] for a batch of 8*",
-            "CRNN.forward at *crnn_model.py:*",
+            "    def test_crnn():",
+            "        model = nn.DataParallel(CRNN(n_class=37))",
+            ">       assert model(torch.randn(8, 1, 32, 100)).shape[[]1[]] == 8",
+            "E       dplint.runtime.dataparallel.PitfallError: DPL301 forward returned [[]25, 4, 37[]] per replica (output); "
+            "gathered along dim 0 this became [[]50, 4, 37[]] for a batch of 8*[[]CRNN.forward at *crnn_model.py:*[]]",
+            "test_crnn.py:7: PitfallError",
         ]
     )
-    # The failure shows the finding, not a traceback from inside DataParallel.
-    assert "data_parallel.py" not in result.stdout.str() and "dplint/runtime/" not in result.stdout.str()
+    # As pytest shows an assertion: the test's own lines, not frames inside torch or dplint.
+    output = result.stdout.str()
+    assert "torch/nn/modules" not in output and "dplint/runtime/" not in output
 
 
 def test_ini_options_and_device_count(crnn_project):
@@ -102,6 +107,10 @@ def test_fixture_gives_explicit_control(pytester):
             assert dplint_runtime.devices == 2
             with dplint_runtime.checking(devices=8):
                 nn.DataParallel(Seen())(torch.randn(30, 2))
+            assert Seen.sizes == [4] * 7 + [2] + [30]  # and once more on the whole batch: DPL309's check
+            Seen.sizes.clear()
+            with dplint_runtime.checking(devices=8, ignore=["DPL309"]):
+                nn.DataParallel(Seen())(torch.randn(30, 2))
             assert Seen.sizes == [4] * 7 + [2]
             dplint_runtime.install(devices=3)  # left installed: the fixture undoes it
 
@@ -144,3 +153,81 @@ def test_dpl303_state_dict_prefix_under_the_plugin(pytester):
     result = pytester.runpytest_subprocess("--dplint")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*DPL303 load_state_dict: the checkpoint's keys start with `module.`*silently load nothing*"])
+
+
+def test_devices_option_alone_turns_the_checks_on(crnn_project):
+    result = crnn_project.runpytest_subprocess("--dplint-devices", "4", "-k", "test_crnn and not fixed")
+    result.assert_outcomes(failed=1, deselected=1)
+    result.stdout.fnmatch_lines(["dplint: DataParallel runtime checks on, 4 simulated devices", "*DPL301*"])
+
+
+@pytest.mark.parametrize(
+    "marker, problem",
+    [
+        ("device=3", "unknown argument `device`"),
+        ("devices=0", "`devices=0` is not devices to simulate, a positive int"),
+        ("3", "positional arguments (3,) (use keywords)"),
+    ],
+)
+def test_a_bad_marker_argument_is_a_usage_error_naming_the_accepted_ones(pytester, marker, problem):
+    pytester.makepyfile(
+        f"""
+        import pytest
+
+        @pytest.mark.dplint({marker})
+        def test_marked():
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"*@pytest.mark.dplint on test_a_bad_marker_argument_is_a_usage_error_naming_the_accepted_ones.py::test_marked: "
+            f"{problem}. Accepted arguments: devices: *; action: *; ignore: *"
+        ]
+    )
+    assert "Traceback" not in result.stderr.str()
+
+
+TIME_MAJOR_TESTS = """
+import pytest
+import torch
+import torch.nn as nn
+
+def encoder():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0)
+    return nn.TransformerEncoder(layer, num_layers=1, enable_nested_tensor=False).eval()
+
+def test_time_major():
+    out = nn.DataParallel(encoder())(torch.randn(6, 4, 8))  # [S, B, E] split along S
+    assert out.shape == (6, 4, 8)
+
+@pytest.mark.dplint(ignore=["DPL309"])
+def test_time_major_ignored_by_the_marker():
+    nn.DataParallel(encoder())(torch.randn(6, 4, 8))
+
+@pytest.fixture
+def wrapped():
+    return nn.DataParallel(encoder(), dim=1)
+
+def test_fixed_in_a_fixture(wrapped):
+    assert wrapped(torch.randn(6, 4, 8)).shape == (6, 4, 8)
+"""
+
+
+def test_row_independence_is_checked_by_default_and_ignorable(pytester):
+    pytester.makepyfile(test_encoder=TIME_MAJOR_TESTS)
+    result = pytester.runpytest_subprocess("--dplint")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*DPL309 the gathered output differs from one forward of the whole batch*split dim 0*"])
+    pytester.runpytest_subprocess("--dplint", "--dplint-ignore", "DPL305,dpl309").assert_outcomes(passed=3)
+    pytester.makeini("[pytest]\ndplint = true\ndplint_ignore = DPL309\n")
+    pytester.runpytest_subprocess().assert_outcomes(passed=3)
+
+
+def test_an_unknown_ignored_code_is_a_usage_error(crnn_project):
+    result = crnn_project.runpytest_subprocess("--dplint", "--dplint-ignore", "DPL999")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dplint-ignore: DPL999 not runtime codes; they are DPL103, *"])
