@@ -9,7 +9,7 @@ import libcst as cst
 from dplint.context import FileContext
 from dplint.analysis.facts import Wrap
 from dplint.analysis.inference import Binding, Inference, Kind, Scope, WrappedForwardRule
-from dplint.analysis.names import Body, block_body, dotted
+from dplint.analysis.names import Body, block_body, dotted, signed_integer_value
 from dplint.rule import Invalid, Report, Valid
 
 MOVERS = frozenset({"permute", "transpose", "swapaxes", "swapdims", "movedim", "moveaxis", "t"})
@@ -38,20 +38,11 @@ class Layout:
 Value = Union[Layout, Tuple["Value", ...], None]  # a tracked tensor, a tuple of values, or untracked
 
 
-def _int(node: cst.BaseExpression) -> Optional[int]:
-    if isinstance(node, cst.Integer):
-        return int(node.value, 0)
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        inner = _int(node.expression)
-        return None if inner is None else -inner
-    return None
-
-
 def _ints(args: Sequence[cst.Arg]) -> Optional[List[int]]:
     if len(args) == 1 and isinstance(args[0].value, (cst.Tuple, cst.List)):
-        values = [_int(element.value) for element in args[0].value.elements]
+        values = [signed_integer_value(element.value) for element in args[0].value.elements]
     else:
-        values = [None if arg.star else _int(arg.value) for arg in args]
+        values = [None if arg.star else signed_integer_value(arg.value) for arg in args]
     return None if any(v is None for v in values) else values  # type: ignore[return-value]
 
 
@@ -319,20 +310,20 @@ class ForwardLayouts:
         if method in ("squeeze", "unsqueeze"):
             if not positional and "dim" not in keyword:
                 return layout if method == "squeeze" else None
-            k = _int(keyword.get("dim") or positional[0])
+            k = signed_integer_value(keyword.get("dim") or positional[0])
             if k is None or k < 0 or b < 0:
                 return None
             if method == "unsqueeze":
                 return _shifted(layout, b + 1 if k <= b else b)
             return None if k == b else _shifted(layout, b - 1 if k < b else b)
         if method == "flatten":
-            start = _int(keyword.get("start_dim") or positional[0]) if (positional or "start_dim" in keyword) else 0
+            start = signed_integer_value(keyword.get("start_dim") or positional[0]) if (positional or "start_dim" in keyword) else 0
             return layout if start is not None and 0 <= b < start else None
         if method in RESHAPES:
             return layout if b == 0 and layout.mover is None else None
         if method in REDUCTIONS:
             dim_node = keyword.get("dim") or (positional[0] if positional else None)
-            k = _int(dim_node) if dim_node is not None else None
+            k = signed_integer_value(dim_node) if dim_node is not None else None
             keepdim = isinstance(keyword.get("keepdim"), cst.Name) and keyword["keepdim"].value == "True"  # type: ignore[union-attr]
             if k is None or k < 0 or b < 0 or k == b:
                 return None
@@ -343,7 +334,7 @@ class ForwardLayouts:
         base = self._eval(expr.value, env)
         if isinstance(base, tuple):
             item = expr.slice[0].slice
-            index = _int(item.value) if isinstance(item, cst.Index) and len(expr.slice) == 1 else None
+            index = signed_integer_value(item.value) if isinstance(item, cst.Index) and len(expr.slice) == 1 else None
             return base[index] if index is not None and -len(base) <= index < len(base) else None
         if not isinstance(base, Layout) or base.batch_dim < 0:
             return None
@@ -357,7 +348,7 @@ class ForwardLayouts:
             if isinstance(item, cst.Slice):
                 if consumed == b:
                     return _shifted(base, b - removed + added)
-            elif _int(item.value) is None or consumed == b:
+            elif signed_integer_value(item.value) is None or consumed == b:
                 return None  # an ellipsis or a tensor index, or the batch itself indexed away
             else:
                 removed += 1

@@ -10,7 +10,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tup
 import libcst as cst
 
 from dplint.analysis.facts import DistributedProgram, FileFacts, scan_distributed, scan_imports
-from dplint.analysis.names import Body, block_body, child_blocks, dotted
+from dplint.analysis.names import Body, block_body, child_blocks, dotted, signed_integer_value
 from dplint.context import FileContext
 
 DISTRIBUTED = "torch.distributed"
@@ -135,10 +135,9 @@ def is_rank_test(expr: cst.BaseExpression) -> bool:
 
 
 def _int_literals(expr: cst.BaseExpression) -> List[int]:
-    if isinstance(expr, cst.Integer):
-        return [int(expr.value)]
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
-        return [-int(expr.expression.value)]
+    value = signed_integer_value(expr)
+    if value is not None:
+        return [value]
     if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
         return [value for element in expr.elements for value in _int_literals(element.value)]
     return []

@@ -106,7 +106,7 @@ def collectives_of(ctx: FileContext, callees: _Callees, scope: ScopeInfo, block:
             continue
         forwarded = _forwards_through_parameter(ctx, call, callee, wrapped_names(ctx, scope, DDP))
         if forwarded:
-            found.append(Collective(f"`{callee.node.name.value}()`, which runs the forward of DDP model `{forwarded}`", call))
+            found.append(Collective(f"`{callee.node.name.value}()` (a forward of DDP model `{forwarded}`)", call))
     return found
 
 
@@ -273,7 +273,7 @@ class RankConditionalCollective(Rule):
                 continue  # complementary conditions with the same collectives: they meet
             yield Report(
                 node=collective.call,
-                message=f"Only some ranks run {collective.what} here (rank condition): the other ranks never join, so it hangs.",
+                message=f"Only some ranks run {collective.what} here: the other ranks never join, so it hangs.",
                 help="Run the collective on every rank, outside the rank condition (or in every branch of it).",
             )
 

@@ -6,7 +6,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional,
 import libcst as cst
 
 from dplint.analysis.facts import ProjectFacts
-from dplint.analysis.names import Body, child_blocks, dotted, iter_calls
+from dplint.analysis.names import Body, child_blocks, dotted, iter_calls, signed_integer_value
 from dplint.analysis.wrapping import Point, WrapSite, describe, handled_names, scopes
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
@@ -384,24 +384,15 @@ class _StrippingCollector(cst.CSTVisitor):
         if isinstance(element, cst.Index) and isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
             if value.func.attr.value == "split" and value.args:
                 prefix = _prefix_string(value.args[0].value)
-                if prefix is not None and _int_value(element.value) in (-1, 1):
+                if prefix is not None and signed_integer_value(element.value) in (-1, 1):
                     self.found.append((node, "split", prefix))
             return
         if not isinstance(element, cst.Slice) or element.upper is not None or element.step is not None:
             return
         lower = element.lower
-        if _int_value(lower) == 7:
+        if signed_integer_value(lower) == 7:
             self.found.append((node, "slice", None))
         elif isinstance(lower, cst.Call) and dotted(lower.func) == "len" and lower.args:
             prefix = _prefix_string(lower.args[0].value)
             if prefix is not None:
                 self.found.append((node, "slice", prefix))
-
-
-def _int_value(node: Optional[cst.BaseExpression]) -> Optional[int]:
-    if isinstance(node, cst.Integer):
-        return int(node.value)
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and isinstance(node.expression, cst.Integer):
-        return -int(node.expression.value)
-    return None
-

@@ -16,6 +16,11 @@ EXPECTED = [line for f in FIXTURES for line in f.with_suffix(".txt").read_text()
 FIXABLE = sum(" [*] " in line for line in EXPECTED)
 
 
+def position(line: str):
+    path, row, column = line.split(":")[:3]
+    return path, int(row), int(column)
+
+
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'s' * (count != 1)}"
 
@@ -43,7 +48,7 @@ def test_fixture_findings_match_expected_file(fixture, lint_output):
 
 def test_every_fixture_has_an_expected_file_and_the_summary_counts_them(lint_output):
     assert FIXTURES and all(f.with_suffix(".txt").is_file() for f in FIXTURES)
-    assert [line for line in lint_output if line.startswith("fixtures/")] == sorted(EXPECTED)
+    assert [line for line in lint_output if line.startswith("fixtures/")] == sorted(EXPECTED, key=position)
     errors, warnings = (sum(BY_CODE[line.split()[1]].severity == severity for line in EXPECTED) for severity in ("error", "warning"))
     counted = " and ".join([plural(errors, "error")] * bool(errors) + [plural(warnings, "warning")] * bool(warnings))
     files = len({line.split(":")[0] for line in EXPECTED})

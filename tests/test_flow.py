@@ -357,23 +357,23 @@ def test_tensor_facts_read_from_a_files_text():
         logger = logging.getLogger(__name__)
         '''
     )
-    facts = collect_file_facts(text, "pkg.prior", "pkg", "pkg/prior.py")
+    facts = collect_file_facts(text, "pkg.prior", "pkg", "pkg/prior.py", "/project/pkg/prior.py")
     assert dict(facts.tensor_values) == {
         "pkg.prior.direct()": (),
         "pkg.prior.via_local()": (),
         "pkg.prior.via_project()": ("pkg.box.make_anchors()",),
         "pkg.prior.anchors": ("pkg.prior.via_project()",),
     }
-    assert collect_file_facts(text, "torch.prior", "torch", "torch/prior.py").tensor_values == ()
+    assert collect_file_facts(text, "torch.prior", "torch", "torch/prior.py", "/project/torch/prior.py").tensor_values == ()
 
 
 def test_project_tensor_names_resolve_through_chains_and_never_when_ambiguous():
-    box = collect_file_facts("import torch\ndef make_anchors(n):\n    return torch.ones(n)\n", "pkg.box", "pkg", "pkg/box.py")
-    prior = collect_file_facts("from .box import make_anchors\nanchors = make_anchors(3)\n", "pkg.prior", "pkg", "pkg/prior.py")
+    box = collect_file_facts("import torch\ndef make_anchors(n):\n    return torch.ones(n)\n", "pkg.box", "pkg", "pkg/box.py", "/project/pkg/box.py")
+    prior = collect_file_facts("from .box import make_anchors\nanchors = make_anchors(3)\n", "pkg.prior", "pkg", "pkg/prior.py", "/project/pkg/prior.py")
     project = ProjectFacts.build([box, prior])
     assert project.is_tensor("pkg.box.make_anchors()") and project.is_tensor("box.make_anchors()")
     assert project.is_tensor("pkg.prior.anchors") and not project.is_tensor("pkg.prior.anchors()")
-    twin = collect_file_facts("import torch\ndef make_anchors(n):\n    return torch.ones(n)\n", "other.box", "other", "other/box.py")
+    twin = collect_file_facts("import torch\ndef make_anchors(n):\n    return torch.ones(n)\n", "other.box", "other", "other/box.py", "/project/other/box.py")
     ambiguous = ProjectFacts.build([box, twin])
     assert not ambiguous.is_tensor("box.make_anchors()") and ambiguous.is_tensor("pkg.box.make_anchors()")
     assert ProjectFacts.build([box]).digest != ProjectFacts.build([]).digest

@@ -586,6 +586,7 @@ class ProjectFacts:
     @classmethod
     def build(cls, files: Sequence[FileFacts], root: Optional[str] = None) -> "ProjectFacts":
         return cls(files, root)
+
     def wraps_any(self, class_names: Iterable[str]) -> bool:
         """Whether DataParallel runs the `forward` of any of these classes (by name: a cheap prefilter)."""
         return any(name in self.wrapped for name in class_names)

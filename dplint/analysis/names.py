@@ -37,6 +37,14 @@ def integer_value(node: cst.BaseExpression) -> Optional[int]:
     return int(node.value, 0)
 
 
+def signed_integer_value(node: Optional[cst.BaseExpression]) -> Optional[int]:
+    """The value of an integer literal, negated ones (`-1`) included, else None."""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        value = integer_value(node.expression)
+        return None if value is None else -value
+    return integer_value(node) if node is not None else None
+
+
 def decimal_value(digits: str) -> Optional[int]:
     """The value of a decimal digit string found in a literal (`"cuda:12"`), else None when it is too long."""
     return int(digits) if digits.isdecimal() and len(digits) <= MAX_INTEGER_DIGITS else None

@@ -10,7 +10,7 @@ import sys
 import time
 import traceback
 from dataclasses import asdict
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Sequence
 
 def _where(error: BaseException) -> str:
     from dplint.distributed.channel import _OWN_DIR, display_path
