@@ -30,11 +30,23 @@ def _codes(value: Any) -> bool:
 
 
 # What `@pytest.mark.dplint(...)` accepts: argument -> (what it takes, check of the value).
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _check_names(value: Any) -> bool:
+    from dplint.distributed.checks import ALL_CHECKS
+
+    return isinstance(value, (list, tuple)) and all(name in ALL_CHECKS for name in value)
+
+
 MARKER_ARGUMENTS: Dict[str, Tuple[str, Callable[[Any], bool]]] = {
     "devices": ("devices to simulate, a positive int", _positive_int),
     "action": ("'raise' or 'warn'", lambda value: value in ("raise", "warn")),
     "ignore": ("runtime codes not to report, a list such as ['DPL305']", _codes),
     "ranks": ("ranks to run the test on in a gloo group, a positive int or True (--dplint-ranks)", lambda value: value is True or _positive_int(value)),
+    "timeout": ("with ranks: seconds any rank may wait on the others, a positive number", _positive_number),
+    "checks": ("with ranks: distributed checks to run, a list such as ['samplers']", _check_names),
 }
 
 

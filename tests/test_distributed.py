@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Set, Tuple
 
 import pytest
 import torch
@@ -153,7 +153,7 @@ def test_training_pitfalls_are_each_found_where_they_are(tmp_path: Path) -> None
     found = {finding.code: finding for finding in caught.value.findings}
     assert sorted(found) == ["DPL501", "DPL504", "DPL505"]
     assert found["DPL501"].where == line_of("sampler")
-    assert "epoch 0" in found["DPL501"].message
+    assert "epoch still 0" in found["DPL501"].message
     assert found["DPL504"].where == line_of("module forward")
     assert "`0.weight`" in found["DPL504"].message
     assert found["DPL505"].where == line_of("save") and found["DPL505"].ranks == (0, 1)
@@ -166,16 +166,16 @@ def test_warn_action_returns_results_and_warns(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("pitfall", "where", "words"),
+    ("pitfall", "code", "where", "words"),
     [
-        ("unsharded", "unsharded loader", "same samples"),
-        ("seed_per_rank", "sampler", "`seed` differs between ranks (0 on rank 0, 1 on rank 1)"),
+        ("unsharded", "DPL503", "unsharded loader", "same samples"),
+        ("seed_per_rank", "DPL513", "sampler", "`seed` differs between ranks (0 on rank 0, 1 on rank 1)"),
     ],
 )
-def test_unsharded_or_inconsistent_samplers_are_found(tmp_path: Path, pitfall: str, where: str, words: str) -> None:
+def test_unsharded_or_inconsistent_samplers_are_found(tmp_path: Path, pitfall: str, code: str, where: str, words: str) -> None:
     with pytest.raises(LaunchError) as caught:
         launch(train, (pitfall,), tmp_path, nprocs=2, timeout=TIMEOUT)
-    [finding] = [f for f in caught.value.findings if f.code == "DPL503"]
+    [finding] = [f for f in caught.value.findings if f.code == code]
     assert finding.where == line_of(where) and words in finding.message
 
 
@@ -265,6 +265,43 @@ def test_dplint_run_runs_the_corrected_project_to_the_end_with_no_findings(
     assert run_main(["--timeout", str(TIMEOUT), str(PROJECT / "train.py"), "--checkpoint", "ckpt.pt"]) == 0
     assert capsys.readouterr().err == "dplint run: 2 ranks finished; no distributed pitfalls found\n"
     assert (tmp_path / "ckpt.pt").exists()
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def static_findings(project: Path) -> Set[Tuple[str, int, str]]:
+    """(file name, line, code) of each finding in the project's expected-output files."""
+    found = set()
+    for expected in project.glob("*.txt"):
+        for line in expected.read_text().splitlines():
+            location, code = line.split(" ")[:2]
+            path, row = location.split(":")[:2]
+            found.add((Path(path).name, int(row), code))
+    return found
+
+
+def test_dplint_run_on_the_ddp_fixture_confirms_its_static_findings_and_the_fixed_twin_is_clean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # The static rules' fixture project runs as written under `dplint run`; the ranks show the same pitfalls.
+    monkeypatch.chdir(FIXTURES / "ddp_project")
+    assert run_main(["--timeout", str(TIMEOUT), "train.py", "--epochs", "2", "--out-dir", str(tmp_path)]) == 1
+    runtime = [tuple(line.split(" ")[:2]) for line in capsys.readouterr().out.splitlines()]
+    assert runtime == [
+        ("data.py:25:", "DPL501"),
+        ("data.py:25:", "DPL513"),
+        ("data.py:27:", "DPL503"),
+        ("replay.py:11:", "DPL503"),
+        ("engine.py:25:", "DPL504"),
+        ("train.py:68:", "DPL505"),
+    ]
+    confirmed = {("data.py", 25, "DPL513"), ("replay.py", 11, "DPL503"), ("engine.py", 25, "DPL504"), ("train.py", 68, "DPL505")}
+    assert confirmed <= static_findings(FIXTURES / "ddp_project")
+    monkeypatch.chdir(FIXTURES / "ddp_project_fixed")
+    assert run_main(["--timeout", str(TIMEOUT), "train.py", "--epochs", "2", "--out-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().err.endswith("dplint run: 2 ranks finished; no distributed pitfalls found\n")
+    assert not static_findings(FIXTURES / "ddp_project_fixed")
 
 
 @pytest.mark.parametrize(

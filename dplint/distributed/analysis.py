@@ -55,7 +55,7 @@ def _samplers(events: Events) -> List[Finding]:
             if len(set(values.values())) > 1:
                 listed = ", ".join(f"{values[rank]} on rank {rank}" for rank in sorted(values))
                 found.append(Finding(
-                    "DPL503",
+                    "DPL513" if setting == "seed" else "DPL503",
                     f"this DistributedSampler's `{setting}` differs between ranks ({listed}): the shards overlap or miss samples",
                     where, tuple(sorted(ranks)),
                 ))  # fmt: skip

@@ -415,7 +415,7 @@ def _sampler_iter(original: Callable[..., Any]) -> Callable[..., Any]:
             self._dplint_reported = True
             _active.channel.finding(
                 "DPL501",
-                f"this shuffling DistributedSampler is iterated again at epoch {self.epoch}: without "
+                f"this shuffling DistributedSampler is iterated again with its epoch still {self.epoch}: without "
                 "`set_epoch(epoch)` every epoch repeats the same order",
                 self._dplint_where,
             )

@@ -26,6 +26,17 @@ def _where(error: BaseException) -> str:
     return "<unknown>"
 
 
+def _print_user_traceback(error: BaseException) -> None:
+    """The traceback as python would print it for the script alone: without dplint's and runpy's frames."""
+    from dplint.distributed.channel import _OWN_DIR
+
+    shown = traceback.TracebackException.from_exception(error)
+    shown.stack = traceback.StackSummary.from_list(
+        [frame for frame in shown.stack if not frame.filename.startswith(_OWN_DIR) and not frame.filename.startswith("<frozen runpy")]
+    )
+    sys.stderr.write("".join(shown.format()))
+
+
 def _publish_failure(channel: Any, error: BaseException) -> None:
     from dplint.distributed.channel import error_key, state_key
     from dplint.distributed.errors import DistributedPitfall, RankFailure
@@ -118,7 +129,7 @@ def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Se
         if status:
             _publish_failure(channel, SystemExit(f"the script exited with status {status}").with_traceback(exit.__traceback__))
     except BaseException as error:  # noqa: B902 - every failure is reported to the launcher
-        traceback.print_exc()
+        _print_user_traceback(error)
         _publish_failure(channel, error)
         status = 1
     if status == 0:
