@@ -53,7 +53,7 @@ class AccumulatedLossTensor(Rule):
 
     code = "DPL402"
     name = "accumulated-loss-tensor"
-    summary = "`total += loss` keeps every iteration's autograd graph alive; add `loss.item()` or `loss.detach()`."
+    summary = "`total += loss` on a tensor that requires grad grows the sum's autograd history every iteration."
     triggers = re.compile(r"\.backward\(")
     # `acc += name` or `acc = acc + name` alone on a line.
     accumulation = re.compile(r"^[ \t]*(\w+)[ \t]*(?:\+=[ \t]*\w+|=[ \t]*\1[ \t]*\+[ \t]*\w+)[ \t]*(?:#.*)?$", re.M)
