@@ -8,7 +8,9 @@ import libcst as cst
 from dplint.analysis.facts import DATA_PARALLEL, MODULE_RETURNING_METHODS
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.rules.ddp_common import DDP, argument, iter_scopes, scope_calls, values_of
+from dplint.analysis.names import dotted, iter_calls
+from dplint.analysis.wrapping import Point, scope_points
+from dplint.rules.ddp_common import DDP, argument
 
 
 class DataParallelInsideDdp(Rule):
@@ -67,6 +69,19 @@ class DataParallelInsideDdp(Rule):
             model = DDP(net.cuda(local_rank), device_ids=[local_rank])
             """
         ),
+        Valid(
+            """
+            import torch
+            # pytorch/examples imagenet: one name, wrapped by DDP on one branch and DataParallel on another
+            if args.distributed:
+                model.cuda(args.gpu)
+                model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])
+            elif args.gpu is not None:
+                model = model.cuda(args.gpu)
+            else:
+                model = torch.nn.DataParallel(model).cuda()
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -98,27 +113,26 @@ class DataParallelInsideDdp(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        for scope in iter_scopes(ctx.module):
-            for call in scope_calls(scope):
-                if ctx.qualify(call.func) not in DDP:
-                    continue
-                inner = _strip(argument(call, "module", 0))
-                if inner is None:
-                    continue
-                candidates = [inner] if isinstance(inner, cst.Call) else values_of(ctx, scope, inner)
-                if any(_is_data_parallel(ctx, _strip(value)) for value in candidates):
+        for point in scope_points(ctx):
+            for call in iter_calls(point.statement):
+                if ctx.qualify(call.func) in DDP and self._wraps_data_parallel(ctx, point, _strip(argument(call, "module", 0))):
                     yield Report(
                         node=call,
                         message="This `DistributedDataParallel` wraps an `nn.DataParallel` model: each DDP process must drive one device.",
                         help="Wrap the plain model: `DDP(net.to(local_rank), device_ids=[local_rank])`.",
                     )
 
+    @staticmethod
+    def _wraps_data_parallel(ctx: FileContext, point: Point, inner: Optional[cst.BaseExpression]) -> bool:
+        """`DDP(nn.DataParallel(net))`, or a name that holds a DataParallel wrapper on the path to here."""
+        if isinstance(inner, cst.Call):
+            return ctx.qualify(inner.func) in DATA_PARALLEL
+        name = dotted(inner) if inner is not None else None
+        sites = point.wrapped.get(name, frozenset()) if name is not None else frozenset()
+        return any(site.wrapper == "DataParallel" and site.possible_under(point.path) for site in sites)
+
 
 def _strip(expr: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
     while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in MODULE_RETURNING_METHODS:
         expr = expr.func.value
     return expr
-
-
-def _is_data_parallel(ctx: FileContext, expr: Optional[cst.BaseExpression]) -> bool:
-    return isinstance(expr, cst.Call) and ctx.qualify(expr.func) in DATA_PARALLEL

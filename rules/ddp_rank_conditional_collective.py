@@ -33,6 +33,7 @@ class Collective:
 
     what: str
     call: cst.Call
+    buffers_only: bool = False  # a DDP forward: a collective only when the model has buffers to sync
 
 
 class _Callees:
@@ -81,7 +82,7 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
         return [Collective(f"`FSDP.{method}()`", call)]
     target = dotted(call.func)
     if target is not None and target in wrapped_names(ctx, scope, DDP):
-        return [Collective(f"the forward of DDP model `{target}` (it syncs buffers)", call)]
+        return [Collective(f"the forward of DDP model `{target}`", call, buffers_only=True)]
     if isinstance(call.func, cst.Attribute) and call.func.attr.value == "state_dict":
         receiver = dotted(call.func.value)
         if receiver is not None and receiver in wrapped_names(ctx, scope, FSDP):
@@ -102,11 +103,14 @@ def collectives_of(ctx: FileContext, callees: _Callees, scope: ScopeInfo, block:
             continue
         inner = callees.own_collectives(callee)
         if inner:
-            found.append(Collective(f"`{callee.node.name.value}()`, which calls {inner[0].what}", call))
+            if inner[0].buffers_only:
+                found.append(Collective(f"`{callee.node.name.value}()` (a DDP forward)", call, buffers_only=True))
+            else:
+                found.append(Collective(f"`{callee.node.name.value}()`, which calls {inner[0].what}", call))
             continue
         forwarded = _forwards_through_parameter(ctx, call, callee, wrapped_names(ctx, scope, DDP))
         if forwarded:
-            found.append(Collective(f"`{callee.node.name.value}()` (a forward of DDP model `{forwarded}`)", call))
+            found.append(Collective(f"`{callee.node.name.value}()` (a DDP forward)", call, buffers_only=True))
     return found
 
 
@@ -156,7 +160,10 @@ class RankConditionalCollective(Rule):
 
     ## Known problems
     Functions of other files are not followed. Conditions on values that differ between ranks but are
-    not named like a rank (a per-rank loss, a file that exists on one node) are not recognised.
+    not named like a rank (a per-rank loss, a file that exists on one node) are not recognised. Whether
+    a DDP model has buffers is not known statically: its rank-0-only forward is reported with the
+    condition in the message, and it does not hang for a model without buffers or with
+    `broadcast_buffers=False`.
     """
 
     code = "DPL507"
@@ -271,11 +278,18 @@ class RankConditionalCollective(Rule):
         for signature, collective in unbalanced:
             if signatures[signature] > 1:
                 continue  # complementary conditions with the same collectives: they meet
-            yield Report(
-                node=collective.call,
-                message=f"Only some ranks run {collective.what} here: the other ranks never join, so it hangs.",
-                help="Run the collective on every rank, outside the rank condition (or in every branch of it).",
-            )
+            if collective.buffers_only:
+                yield Report(
+                    node=collective.call,
+                    message=f"Only some ranks run {collective.what} here: DDP syncs buffers there, so a model with buffers hangs.",
+                    help="Evaluate through the unwrapped `.module` on the one rank, or run the forward on every rank.",
+                )
+            else:
+                yield Report(
+                    node=collective.call,
+                    message=f"Only some ranks run {collective.what} here: the other ranks never join, so it hangs.",
+                    help="Run the collective on every rank, outside the rank condition (or in every branch of it).",
+                )
 
 
 def _pairing_key(collective: Collective) -> str:
