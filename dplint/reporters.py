@@ -37,10 +37,11 @@ def concise_line(finding: Finding, unsafe: bool = False) -> str:
     return f"{finding.path}:{finding.location.row}:{finding.location.column}: {finding.code}{marker} {finding.message}"
 
 
-def write_concise(findings: Sequence[Finding], out: TextIO, unsafe: bool = False) -> None:
+def write_concise(findings: Sequence[Finding], out: TextIO, unsafe: bool = False, show_summary: bool = True) -> None:
     for finding in findings:
         out.write(concise_line(finding, unsafe) + "\n")
-    out.write(summary(findings, unsafe) + "\n")
+    if show_summary:
+        out.write(summary(findings, unsafe) + "\n")
 
 
 def _location(location: Location) -> Dict[str, int]:
@@ -115,20 +116,24 @@ def full_frame(finding: Finding, lines: Optional[List[str]], unsafe: bool = Fals
     return frame
 
 
-def write_full(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, colour: bool, unsafe: bool = False) -> None:
+def write_full(
+    findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, colour: bool, unsafe: bool = False, show_summary: bool = True
+) -> None:
     if colour:
-        _write_full_coloured(findings, out, source_lines, unsafe)
+        _write_full_coloured(findings, out, source_lines, unsafe, show_summary)
         return
     for finding in findings:
         out.write("\n".join(full_frame(finding, source_lines(finding.filename), unsafe)) + "\n")
-    out.write(summary(findings, unsafe) + "\n")
+    if show_summary:
+        out.write(summary(findings, unsafe) + "\n")
 
 
-def _write_full_coloured(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, unsafe: bool) -> None:
+def _write_full_coloured(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, unsafe: bool, show_summary: bool) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    console = Console(file=out, highlight=False, soft_wrap=True)
+    # The caller decided on colour (--color, NO_COLOR, FORCE_COLOR): rich must not decide again.
+    console = Console(file=out, highlight=False, soft_wrap=True, force_terminal=True, no_color=False, color_system="standard")
     for finding in findings:
         lines = full_frame(finding, source_lines(finding.filename), unsafe)
         prefix = f"{finding.path}:{finding.location.row}:{finding.location.column}:"
@@ -142,7 +147,8 @@ def _write_full_coloured(findings: Sequence[Finding], out: TextIO, source_lines:
                 console.print(f"[bold {colour}]{escape(line)}[/]")
             else:
                 console.print(escape(line))
-    console.print(f"[bold]{escape(summary(findings, unsafe))}[/bold]")
+    if show_summary:
+        console.print(f"[bold]{escape(summary(findings, unsafe))}[/bold]")
 
 
 # ----- formats for CI systems ---------------------------------------------------------------------------
