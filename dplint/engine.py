@@ -352,6 +352,7 @@ def _locate(rule: Rule, report: Report, ctx, source: SourceFile) -> Finding:
         end_location=Location(span.end.line, span.end.column + 1),
         fix=fix,
         noqa_row=ctx.line(position_anchor(report.statement)) if report.statement is not None else span.start.line,
+        references=report.references,
     )
 
 

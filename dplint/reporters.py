@@ -32,9 +32,16 @@ def summary(findings: Sequence[Finding], unsafe: bool = False) -> str:
     return f"Found {' and '.join(parts)} in {files} file{'s' * (files != 1)}.{hint}"
 
 
+def shown_here(filename: str) -> str:
+    """A path as the human and JSON formats show the finding's own: relative to the current folder."""
+    from dplint.engine import display_path
+
+    return display_path(Path(filename))
+
+
 def concise_line(finding: Finding, unsafe: bool = False) -> str:
     marker = " [*]" if is_fixable(finding, unsafe) else ""
-    return f"{finding.path}:{finding.location.row}:{finding.location.column}: {finding.code}{marker} {finding.message}"
+    return f"{finding.path}:{finding.location.row}:{finding.location.column}: {finding.code}{marker} {finding.message_for(shown_here)}"
 
 
 def write_concise(findings: Sequence[Finding], out: TextIO, unsafe: bool = False, show_summary: bool = True) -> None:
@@ -62,7 +69,7 @@ def finding_to_json(finding: Finding) -> Dict[str, object]:
     return {
         "code": finding.code,
         "name": finding.name,
-        "message": finding.message,
+        "message": finding.message_for(shown_here),
         "help": finding.help,
         "severity": finding.severity,
         "filename": finding.filename,
@@ -213,7 +220,8 @@ def write_github(findings: Sequence[Finding], out: TextIO) -> None:
             ("endLine", finding.end_location.row),
             ("endColumn", finding.end_location.column),
         ]
-        text = f"{path}:{finding.location.row}:{finding.location.column}: {finding.code} {finding.message}"
+        message = finding.message_for(lambda filename: relative_uri(filename, root))
+        text = f"{path}:{finding.location.row}:{finding.location.column}: {finding.code} {message}"
         out.write(github_command(finding.severity, properties, text) + "\n")
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_file:
@@ -233,7 +241,8 @@ def step_summary(findings: Sequence[Finding], root: str) -> str:
         lines += [f"### [{code} {group[0].name}]({group[0].url}) ({len(group)})", "", "| location | message |", "|---|---|"]
         for finding in group:
             where = f"{relative_uri(finding.filename, root)}:{finding.location.row}:{finding.location.column}"
-            lines.append(f"| `{where}` | {finding.message.replace('|', '&#124;')} |")
+            message = finding.message_for(lambda filename: relative_uri(filename, root))
+            lines.append(f"| `{where}` | {message.replace('|', '&#124;')} |")
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -269,11 +278,11 @@ def write_sarif(findings: Sequence[Finding], out: TextIO, source_lines: SourceLi
                 "ruleId": finding.code,
                 "ruleIndex": codes.index(finding.code),
                 "level": "warning" if finding.severity == "warning" else "error",
-                "message": {"text": finding.message},
+                "message": {"text": finding.message_for(lambda filename: relative_uri(filename, root))},
                 "locations": [
                     {
                         "physicalLocation": {
-                            "artifactLocation": {"uri": relative_uri(finding.filename, root), "uriBaseId": "%SRCROOT%"},
+                            "artifactLocation": artifact_location(finding.filename, root),
                             "region": {
                                 "startLine": finding.location.row,
                                 "startColumn": finding.location.column,
@@ -311,6 +320,16 @@ def write_sarif(findings: Sequence[Finding], out: TextIO, source_lines: SourceLi
     out.write("\n")
 
 
+def artifact_location(filename: str, root: str) -> Dict[str, str]:
+    """A percent-encoded URI (`my%20dir/a%2Cb.py`) relative to %SRCROOT%, or a file URI outside it."""
+    from urllib.parse import quote
+
+    relative = os.path.relpath(filename, root)
+    if relative.startswith(".."):
+        return {"uri": Path(filename).as_uri()}
+    return {"uri": quote(Path(relative).as_posix(), safe="/"), "uriBaseId": "%SRCROOT%"}
+
+
 def _section(docs: str, heading: str) -> str:
     """The first paragraph under a `## heading` of a rule's docs."""
     lines = docs.splitlines()
@@ -333,7 +352,7 @@ def write_gitlab(findings: Sequence[Finding], out: TextIO, source_lines: SourceL
     prints = fingerprints(findings, source_lines, root)
     report = [
         {
-            "description": f"{finding.code} {finding.message}",
+            "description": f"{finding.code} {finding.message_for(lambda filename: relative_uri(filename, root))}",
             "check_name": finding.code,
             "fingerprint": prints[index],
             "severity": "minor" if finding.severity == "warning" else "major",
@@ -369,8 +388,9 @@ def write_junit(findings: Sequence[Finding], out: TextIO) -> None:
                 line=str(finding.location.row),
                 column=str(finding.location.column),
             )
-            failure = ElementTree.SubElement(case, "failure", message=finding.message)
-            failure.text = f"line {finding.location.row}, col {finding.location.column}, {finding.message}"
+            message = finding.message_for(shown_here)
+            failure = ElementTree.SubElement(case, "failure", message=message)
+            failure.text = f"line {finding.location.row}, col {finding.location.column}, {message}"
     out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
     out.write(ElementTree.tostring(suites, encoding="unicode"))
     out.write("\n")

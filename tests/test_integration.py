@@ -80,6 +80,59 @@ def test_sarif_validates_against_the_official_schema(tmp_path):
     assert run["results"][1]["level"] == "warning" or run["results"][0]["level"] == "warning"
 
 
+def test_sarif_uris_are_percent_encoded_and_relative_to_srcroot(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    folder = tmp_path / "my dir"
+    folder.mkdir()
+    (folder / "a,b\u00e9.py").write_text(BAD)
+    (tmp_path / ".git").mkdir()
+    result = dplint("--format", "sarif", ".", cwd=folder)
+    document = json.loads(result.stdout)
+    schema = json.loads((ROOT / "tests" / "data" / "sarif-schema-2.1.0.json").read_text())
+    jsonschema.Draft4Validator(schema).validate(document)
+    run = document["runs"][0]
+    [artifact] = [r["locations"][0]["physicalLocation"]["artifactLocation"] for r in run["results"]]
+    assert artifact == {"uri": "my%20dir/a%2Cb%C3%A9.py", "uriBaseId": "%SRCROOT%"}
+    assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == tmp_path.as_uri() + "/"
+    # A file outside the root gets an absolute file URI of its own.
+    outside = tmp_path.parent / f"{tmp_path.name}-outside dir"
+    outside.mkdir()
+    (outside / "b.py").write_text(BAD)
+    document = json.loads(dplint("--format", "sarif", str(outside / "b.py"), cwd=folder).stdout)
+    jsonschema.Draft4Validator(schema).validate(document)
+    [result] = document["runs"][0]["results"]
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"] == {"uri": (outside / "b.py").as_uri()}
+    assert "%20dir/b.py" in (outside / "b.py").as_uri()
+
+
+def test_paths_inside_messages_are_shown_like_the_findings_own_path(tmp_path):
+    """DPL301 names the file that wraps the model; each format shows that path as it shows the finding's."""
+    folder = tmp_path / "my dir"
+    folder.mkdir()
+    (tmp_path / ".git").mkdir()
+    shutil.copy(ROOT / "fixtures" / "crnn_model.py", folder / "crnn_model.py")
+    shutil.copy(ROOT / "fixtures" / "crnn_train.py", folder / "train,\u00e9.py")
+    workspace = {"GITHUB_WORKSPACE": str(tmp_path)}
+
+    def message(*args, cwd=folder):
+        result = subprocess.run([sys.executable, "-m", "dplint", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **workspace})
+        assert result.returncode == 1, result.stderr
+        return result.stdout
+
+    # From the project root first: the cache then holds facts whose paths are relative to it.
+    assert "DataParallel gathers dim 0 (my dir/train,\u00e9.py:15)." in message(".", cwd=tmp_path)
+    concise = message(".")
+    assert concise.startswith("crnn_model.py:54:16: DPL301 ") and "(train,\u00e9.py:15)." in concise
+    [as_json] = json.loads(message("--format", "json", "."))
+    assert as_json["message"].endswith("(train,\u00e9.py:15).")
+    github = message("--format", "github", ".")
+    assert github.startswith("::error title=dplint (DPL301),file=my dir/crnn_model.py,") and "(my dir/train,\u00e9.py:15)." in github
+    [sarif] = json.loads(message("--format", "sarif", "."))["runs"][0]["results"]
+    assert sarif["message"]["text"].endswith("(my dir/train,\u00e9.py:15).")
+    [gitlab] = json.loads(message("--format", "gitlab", "."))
+    assert gitlab["location"]["path"] == "my dir/crnn_model.py" and gitlab["description"].endswith("(my dir/train,\u00e9.py:15).")
+
+
 def test_fingerprints_survive_unrelated_edits(tmp_path):
     (tmp_path / "a.py").write_text(BAD)
     first = json.loads(dplint("--format", "sarif", "a.py", cwd=tmp_path).stdout)["runs"][0]["results"][0]
