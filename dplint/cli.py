@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dplint",
         description="Find PyTorch multi-GPU pitfalls (DataParallel, devices, CUDA_VISIBLE_DEVICES) in Python source.",
         epilog="Exit status: 0 no findings, 1 findings, 2 usage, configuration or internal error. "
-        "`dplint server` starts the language server on stdio (install with `pip install 'dplint[server]'`).",
+        "`dplint server` starts the language server on stdio (install with `pip install '.[server]'` in a clone of dplint).",
     )
     parser.add_argument(
         "paths", nargs="*", metavar="PATH", help="files or folders to lint (default: .); `-` (or --stdin-filename) reads standard input"
@@ -106,7 +106,11 @@ def serve(options: Sequence[str]) -> int:
     except ModuleNotFoundError as error:
         if (error.name or "").split(".")[0] not in ("pygls", "lsprotocol", "cattrs"):
             raise
-        print(f"dplint: error: `dplint server` needs the server extra: pip install 'dplint[server]' ({error})", file=sys.stderr)
+        print(
+            f"dplint: error: `dplint server` needs the server extra: pip install '.[server]' in a clone of dplint "
+            f"(pip install 'dplint[server]' once it is published) ({error})",
+            file=sys.stderr,
+        )
         return 2
     return run_server()
 

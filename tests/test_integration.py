@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -219,7 +220,8 @@ def test_explain_prints_the_reference_section(rule, tmp_path):
     assert explain(rule, level=2) in reference()
 
 
-def test_pre_commit_hook(tmp_path):
+def _git_project(tmp_path, files):
+    """A committed git repository holding `files`, and the environment to run git and pre-commit in."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     try:
@@ -228,12 +230,17 @@ def test_pre_commit_hook(tmp_path):
         pytest.skip("pre-commit is not installed (it comes with the test extra)")
     repo = tmp_path / "project"
     repo.mkdir()
-    (repo / "bad.py").write_text(BAD)
-    (repo / "good.py").write_text(GOOD)
+    for name, text in files.items():
+        (repo / name).write_text(text)
     environment = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "cache"), "GIT_AUTHOR_NAME": "t", "GIT_COMMITTER_NAME": "t",
                    "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_EMAIL": "t@example.com"}
     for command in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-qm", "init"]):
         subprocess.run(command, cwd=repo, check=True, env=environment)
+    return repo, environment
+
+
+def test_pre_commit_hook(tmp_path):
+    repo, environment = _git_project(tmp_path, {"bad.py": BAD, "good.py": GOOD})
 
     def try_repo(name):
         return subprocess.run(
@@ -249,3 +256,50 @@ def test_pre_commit_hook(tmp_path):
     good = try_repo("good.py")
     assert good.returncode == 0, good.stdout + good.stderr
     assert "Passed" in good.stdout
+
+
+def _readme_code_blocks(section: str, language: str):
+    text = (ROOT / "README.md").read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return [block.split("\n```", 1)[0] for block in body.split(f"```{language}\n")[1:]]
+
+
+def test_readme_local_pre_commit_config_runs_the_installed_dplint(tmp_path):
+    """The README's `repo: local` configuration, exactly as written, through real pre-commit (offline:
+    it runs the `dplint` installed beside this Python, and builds no environment)."""
+    scripts = Path(sys.executable).parent
+    if shutil.which("dplint", path=str(scripts)) is None:
+        pytest.skip(f"dplint is not installed in {scripts}")
+    [config] = [block for block in _readme_code_blocks("Use with pre-commit", "yaml") if "repo: local" in block]
+    repo, environment = _git_project(tmp_path, {"bad.py": BAD, "good.py": GOOD, ".pre-commit-config.yaml": config})
+    environment["PATH"] = f"{scripts}{os.pathsep}{environment.get('PATH', '')}"
+
+    def run_hook(name):
+        return subprocess.run(
+            [sys.executable, "-m", "pre_commit", "run", "--files", name], cwd=repo, capture_output=True, text=True, env=environment, timeout=300
+        )
+
+    bad = run_hook("bad.py")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "dplint" in bad.stdout and "Failed" in bad.stdout
+    assert "bad.py:3:1: DPL101 [*] `x.to('cuda')` returns a moved copy" in bad.stdout
+    good = run_hook("good.py")
+    assert good.returncode == 0 and "Passed" in good.stdout, good.stdout + good.stderr
+
+
+def test_readme_install_snippets_work_from_a_clone():
+    """Nothing is published on a package index: every `pip install` in the README installs this
+    checkout (or, labelled as such, what to use once dplint is published), with extras that exist."""
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    readme = (ROOT / "README.md").read_text()
+    named = re.findall(r"pip install (?:-e )?'\.\[([\w,]+)\]'", readme)
+    assert {"runtime", "server", "test"} <= set(named)
+    for extra in named:
+        assert set(extra.split(",")) <= set(extras), extra
+    for line in readme.splitlines():
+        if re.search(r"pip install (?:'|\")?dplint\b(?! @ git\+)|'dplint\[", line):  # `dplint @ git+URL`: a copy of this repository
+            assert "once" in line.lower() and "published" in line.lower(), line
