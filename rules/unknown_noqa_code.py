@@ -43,7 +43,7 @@ class UnknownNoqaCode(SuppressionRule):
     VALID = [
         Valid("import torch\nx = torch.zeros(3)\nx.to('cuda')  # noqa: DPL101\n"),
         Valid("import os  # noqa: E501, F401\n"),
-        Valid("text = '# noqa: DPL999'  # noqa\n"),
+        Valid("text = '# noqa: DPL999'\n"),
         Valid("# dplint: noqa: DPL101\nimport torch\n"),
     ]
     INVALID = [
