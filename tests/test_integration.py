@@ -203,13 +203,6 @@ def test_fix_preserves_comments_crlf_and_encoding(tmp_path):
     assert (tmp_path / "a.py").read_bytes() == source.replace("x.to(", "x = x.to(").encode("latin-1")
 
 
-def test_fix_and_diff_refuse_standard_input(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "dplint", "--fix", "-"], cwd=tmp_path, input=BAD, capture_output=True, text=True
-    )
-    assert result.returncode == 2 and "cannot be used with standard input" in result.stderr
-
-
 def test_rule_reference_is_up_to_date():
     assert (ROOT / "docs" / "rules.md").read_text() == reference(), "regenerate: python -m dplint.docs docs/rules.md"
 
