@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from dplint import __version__
 from dplint.config import (
@@ -18,6 +18,9 @@ from dplint.config import (
     resolve_settings,
 )
 from dplint.finding import Finding
+
+if TYPE_CHECKING:
+    from dplint.engine import InternalError
 
 FORMATS = ("full", "concise", "json", "json-lines", "github", "sarif", "junit", "gitlab")
 
@@ -133,8 +136,11 @@ def run(args: argparse.Namespace) -> int:
 
     if reading_stdin:
         findings, errors, sources = lint_stdin(args.stdin_filename or "<stdin>", settings)
-        if (args.fix or args.diff) and sources and not errors:
-            return fix_stdin(findings, sources, settings, args, out)
+        if args.diff and sources and not errors:
+            return diff_stdin(findings, sources, args, out)
+        if args.fix:
+            findings, errors, sources = fix_stdin(findings, errors, sources, settings, args, out)
+            out = sys.stderr  # stdout holds the source: what remains is reported beside it, never in it
     else:
         from dplint.api import lint_paths
 
@@ -254,33 +260,48 @@ def lint_stdin(name: str, settings: Settings, text: Optional[str] = None):
     return sorted(result.findings, key=Finding.sort_key), list(result.internal_errors), {source.filename: text}
 
 
-def fix_stdin(findings: List[Finding], sources: Dict[str, str], settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
-    """--fix on stdin prints the whole fixed source to stdout (what editors replace the buffer with) and
-    what remains to stderr; --diff prints the diff. Neither writes a file."""
-    import difflib
-
+def fixed_stdin(findings: List[Finding], sources: Dict[str, str], unsafe: bool) -> Tuple[str, str, List[Finding]]:
+    """Standard input's text, that text with its fixes applied (only if the result parses), and the
+    findings whose fix was applied."""
     from dplint.engine import Unreadable, parse
     from dplint.fixes import apply_fixes
 
     [(filename, text)] = sources.items()
-    fixed, applied = apply_fixes(text, [f for f in findings if f.filename == filename], unsafe=args.unsafe_fixes)
+    fixed, applied = apply_fixes(text, [f for f in findings if f.filename == filename], unsafe=unsafe)
     try:
         parse(fixed)
     except Unreadable as error:
         print(f"dplint: not fixing standard input: the fixed code would not parse ({error}); please report this.", file=sys.stderr)
-        fixed, applied = text, []
+        return text, text, []
+    return text, fixed, applied
+
+
+def diff_stdin(findings: List[Finding], sources: Dict[str, str], args: argparse.Namespace, out: TextIO) -> int:
+    """--diff on stdin: the diff on stdout, exit 1 when there is something to change; no file is written."""
+    import difflib
+
+    text, fixed, applied = fixed_stdin(findings, sources, args.unsafe_fixes)
     name = args.stdin_filename or "<stdin>"
-    if args.diff:
-        out.writelines(difflib.unified_diff(text.splitlines(True), fixed.splitlines(True), f"a/{name}", f"b/{name}"))
-        if not (args.quiet or args.silent):
-            print(would_fix(len(applied)), file=sys.stderr)
-        return 1 if applied else 0
+    out.writelines(difflib.unified_diff(text.splitlines(True), fixed.splitlines(True), f"a/{name}", f"b/{name}"))
+    if not (args.quiet or args.silent):
+        print(would_fix(len(applied)), file=sys.stderr)
+    return 1 if applied else 0
+
+
+def fix_stdin(findings: List[Finding], errors: List[InternalError], sources: Dict[str, str], settings: Settings, args: argparse.Namespace, out: TextIO):
+    """--fix on stdin: the whole source, fixed, on stdout (editors replace the buffer with it; unchanged
+    when it cannot be fixed); no file is written. Returns what remains to report, beside it."""
+    if not sources:  # undecodable input: there is no source to print
+        return findings, errors, sources
+    if errors:  # a rule failed on it: change nothing
+        fixed, applied = next(iter(sources.values())), []
+    else:
+        _, fixed, applied = fixed_stdin(findings, sources, args.unsafe_fixes)
     out.write(fixed)
     out.flush()
-    remaining, errors, sources = lint_stdin(name, settings, fixed) if applied else (findings, [], sources)
-    if not args.silent:
-        report(remaining, args, sys.stderr, sources)
-    return 2 if errors else exit_status(remaining, args)
+    if not applied:
+        return findings, errors, sources
+    return lint_stdin(args.stdin_filename or "<stdin>", settings, fixed)
 
 
 def report(findings: List[Finding], args: argparse.Namespace, out: TextIO, sources: Dict[str, str]) -> None:

@@ -364,6 +364,9 @@ def test_fix_on_stdin_prints_the_fixed_source_and_writes_no_file(tmp_path):
     assert on_disk.read_text() == "# the saved version\n"
     clean = dplint("--fix", "-", cwd=tmp_path, stdin=CLEAN)
     assert (clean.returncode, clean.stdout) == (0, CLEAN)
+    # Input that is not source text: nothing on stdout for an editor to take as the buffer.
+    binary = subprocess.run([sys.executable, "-m", "dplint", "--fix", "-"], cwd=tmp_path, input=b"\0x.to(", capture_output=True)
+    assert (binary.returncode, binary.stdout) == (1, b"") and b"DPL000" in binary.stderr
 
 
 def test_diff_on_stdin_prints_the_diff_and_writes_no_file(tmp_path):
@@ -519,3 +522,25 @@ def test_unused_noqa_does_not_depend_on_the_selection(tmp_path):
     # Silenced like any finding: by its own code on the line, or for the whole file.
     write(tmp_path, "c.py", "import os  # noqa: DPL201, DPL001\n# dplint: noqa: DPL001\n")
     assert dplint("--select", "DPL001", "c.py", cwd=tmp_path).returncode == 0
+
+
+def test_internal_error_with_fix_on_stdin_prints_the_source_unchanged(tmp_path):
+    write(
+        tmp_path,
+        "boom.py",
+        """
+        import runpy, sys
+        from dplint.rules.discarded_tensor_move import DiscardedTensorMove
+
+        def explode(self, ctx):
+            raise ValueError("rule bug")
+            yield
+
+        DiscardedTensorMove.check = explode
+        sys.argv = ["dplint", "--fix", "--stdin-filename", "a.py"]
+        runpy.run_module("dplint", run_name="__main__")
+        """,
+    )
+    result = subprocess.run([sys.executable, "boom.py"], cwd=tmp_path, input=DISCARDED, capture_output=True, text=True)
+    assert (result.returncode, result.stdout) == (2, DISCARDED)
+    assert "internal error in rule DPL101 while linting a.py" in result.stderr
