@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from dplint.cache import Cache, Checked, Scanned, Stamp
 from dplint.config import Settings
@@ -41,11 +41,19 @@ def default_settings(select: Optional[Iterable[str]] = None) -> Settings:
     return Settings(enabled=codes, root=Path.cwd())
 
 
-def lint_paths(paths: Sequence[os.PathLike], settings: Optional[Settings] = None, *, jobs: Optional[int] = None, cache: bool = True) -> LintResult:
+def lint_paths(
+    paths: Sequence[os.PathLike],
+    settings: Optional[Settings] = None,
+    *,
+    jobs: Optional[int] = None,
+    cache: bool = True,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> LintResult:
     """Lint files and folders: pass 1 collects project facts, pass 2 runs the rules on the named files.
 
     With `settings.project_root` set (the CLI finds it), the facts come from every file of the project,
     so a run over one staged file still knows that `train.py` wraps the model it defines.
+    `progress(files_checked, files_total)` is called as pass 2 goes.
     """
     settings = settings or default_settings()
     jobs = jobs or os.cpu_count() or 1
@@ -66,7 +74,14 @@ def lint_paths(paths: Sequence[os.PathLike], settings: Optional[Settings] = None
             cached.append((source, hit))
         else:
             to_check.append((source, entry.facts if entry else None))
-    checked = run_parallel(check_task, to_check, jobs, settings, project)
+    done = len(cached)
+
+    def advance() -> None:
+        nonlocal done
+        done += 1
+        progress(done, len(sources))  # type: ignore[misc]
+
+    checked = run_parallel(check_task, to_check, jobs, settings, project, advance if progress else None)
     for (source, _), file_result in zip(to_check, checked):
         entry = scanned.get(source.filename)
         if entry is not None and not file_result.internal_errors:

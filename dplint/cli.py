@@ -6,8 +6,9 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from dplint import __version__
 from dplint.config import (
@@ -18,6 +19,9 @@ from dplint.config import (
 )
 from dplint.finding import Finding
 
+if TYPE_CHECKING:
+    from dplint.engine import InternalError
+
 FORMATS = ("full", "concise", "json", "json-lines", "github", "sarif", "junit", "gitlab")
 
 
@@ -26,12 +30,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dplint",
         description="Find PyTorch multi-GPU pitfalls (DataParallel, devices, CUDA_VISIBLE_DEVICES) in Python source.",
         epilog="Exit status: 0 no findings, 1 findings, 2 usage, configuration or internal error. "
-        "`dplint server` starts the language server on stdio (install with `pip install 'dplint[server]'`).",
+        "`dplint server` starts the language server on stdio (install with `pip install '.[server]'` in a clone of dplint).",
     )
-    parser.add_argument("paths", nargs="*", metavar="PATH", help="files or folders to lint (default: .); `-` reads standard input")
+    parser.add_argument(
+        "paths", nargs="*", metavar="PATH", help="files or folders to lint (default: .); `-` (or --stdin-filename) reads standard input"
+    )
     parser.add_argument("--format", choices=FORMATS, help="output format (default: full on a terminal, concise otherwise)")
     parser.add_argument("-o", "--output-file", metavar="PATH", help="write the report to PATH instead of standard output")
-    parser.add_argument("--fix", action="store_true", help="apply the fixes rules offer (safe ones only, unless --unsafe-fixes)")
+    parser.add_argument(
+        "--fix", action="store_true", help="apply the fixes rules offer (safe ones only, unless --unsafe-fixes); on stdin, print the fixed source"
+    )
     parser.add_argument("--unsafe-fixes", action="store_true", help="also offer and apply fixes marked unsafe")
     parser.add_argument("--diff", action="store_true", help="print the fixes as a unified diff and change nothing")
     parser.add_argument("--show-fixes", action="store_true", help="with --fix: list what was fixed")
@@ -44,15 +52,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--exclude", metavar="PATTERNS", help="comma-separated patterns to skip, replacing the defaults")
     parser.add_argument("--extend-exclude", metavar="PATTERNS", help="comma-separated patterns to skip besides the defaults")
     parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    parser.add_argument(
+        "--exit-zero-on-warnings", action="store_true", help="exit 0 when every finding is a warning (errors still exit 1)"
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="print the findings only: no summary, no progress")
+    parser.add_argument("-s", "--silent", action="store_true", help="print nothing (errors in dplint's use excepted); the exit status tells")
+    parser.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the full format (default: auto, on a terminal unless NO_COLOR is set, or when FORCE_COLOR is)",
+    )
     parser.add_argument("--statistics", action="store_true", help="print the number of findings per rule instead of the findings")
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write .dplint_cache/")
     parser.add_argument(
         "--project-root", metavar="DIR", help="where cross-file facts come from (default: the nearest folder with pyproject.toml, setup.cfg, setup.py or .git)"
     )
     parser.add_argument("-j", "--jobs", type=int, metavar="N", help="worker processes (default: all cores)")
-    parser.add_argument("--stdin-filename", metavar="NAME", help="the name to report for code read from standard input")
-    parser.add_argument("--explain", metavar="CODE", help="print a rule's documentation and exit")
-    parser.add_argument("--list-rules", action="store_true", help="list every rule with its default state and exit")
+    parser.add_argument("--stdin-filename", metavar="NAME", help="read the code from standard input and report it as the file NAME")
+    parser.add_argument("--explain", metavar="RULE", help="print a rule's documentation (by code or name) and exit")
+    parser.add_argument(
+        "--list-rules", action="store_true", help="list every rule (code, name, default, fix, static/runtime) and exit; with --format json as JSON"
+    )
     parser.add_argument("--version", action="version", version=f"dplint {__version__}")
     return parser
 
@@ -88,7 +109,11 @@ def serve(options: Sequence[str]) -> int:
     except ModuleNotFoundError as error:
         if (error.name or "").split(".")[0] not in ("pygls", "lsprotocol", "cattrs"):
             raise
-        print(f"dplint: error: `dplint server` needs the server extra: pip install 'dplint[server]' ({error})", file=sys.stderr)
+        print(
+            f"dplint: error: `dplint server` needs the server extra: pip install '.[server]' in a clone of dplint "
+            f"(pip install 'dplint[server]' once it is published) ({error})",
+            file=sys.stderr,
+        )
         return 2
     return run_server()
 
@@ -102,28 +127,41 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError("--jobs must be at least 1.")
 
+    reading_stdin = args.paths == ["-"] or (args.stdin_filename is not None and not args.paths)
+    if args.stdin_filename is not None and not reading_stdin:
+        raise ConfigError("--stdin-filename reads standard input: give it no paths (or only `-`).")
     paths = [Path(p) for p in (args.paths or ["."])]
-    reading_stdin = [str(p) for p in paths] == ["-"]
     start = Path(args.stdin_filename) if reading_stdin and args.stdin_filename else (Path.cwd() if reading_stdin else paths[0])
     settings = resolve_settings(start, overrides(args))
 
     if reading_stdin:
-        if args.fix or args.diff:
-            raise ConfigError("--fix and --diff change files; they cannot be used with standard input.")
         findings, errors, sources = lint_stdin(args.stdin_filename or "<stdin>", settings)
+        if args.diff and sources and not errors:
+            return diff_stdin(findings, sources, args, out)
+        if args.fix:
+            findings, errors, sources = fix_stdin(findings, errors, sources, settings, args, out)
+            out = sys.stderr  # stdout holds the source: what remains is reported beside it, never in it
     else:
         from dplint.api import lint_paths
 
-        result = lint_paths(paths, settings, jobs=args.jobs, cache=not args.no_cache)
+        progress = ProgressBar(sys.stderr) if shows_progress(args, out) else None
+        try:
+            result = lint_paths(paths, settings, jobs=args.jobs, cache=not args.no_cache, progress=progress)
+        finally:
+            if progress is not None:
+                progress.close()
         findings, errors, sources = result.findings, result.internal_errors, {}
+        if result.files == 0 and not findings and not args.silent and not args.quiet:
+            print("No Python files found under the given path(s)", file=sys.stderr)
         if args.diff and not errors:
-            return show_diff(findings, args.unsafe_fixes, out)
+            return show_diff(findings, args, out)
         if args.fix and not errors:
             fixed = fix_files(findings, args.unsafe_fixes)
             if fixed:
                 result = lint_paths(paths, settings, jobs=args.jobs, cache=not args.no_cache)
                 findings, errors = result.findings, result.internal_errors
-            report_fixes(fixed, len(findings), args.show_fixes)
+            if not (args.quiet or args.silent):
+                report_fixes(fixed, len(findings), args.show_fixes)
 
     if args.output_file:
         try:
@@ -131,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
                 report(findings, args, handle, sources)
         except OSError as error:
             raise ConfigError(f"cannot write {args.output_file}: {error.strerror or error}") from None
-    else:
+    elif not args.silent:
         report(findings, args, out, sources)
     for error in errors:
         print(f"dplint: internal error in rule {error.code} while linting {error.path}:\n{error.details}", file=sys.stderr)
@@ -141,7 +179,55 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    return exit_status(findings, args)
+
+
+def exit_status(findings: Sequence[Finding], args: argparse.Namespace) -> int:
+    if args.exit_zero_on_warnings:
+        findings = [f for f in findings if f.severity != "warning"]
     return 0 if args.exit_zero or not findings else 1
+
+
+# Formats a person reads; the others are parsed by tools, and nothing else may appear beside them.
+HUMAN_FORMATS = ("full", "concise")
+# A short run shows no progress bar: it would only flicker.
+PROGRESS_DELAY_S = 0.5
+
+
+def output_format(args: argparse.Namespace, out: TextIO) -> str:
+    return args.format or ("full" if out.isatty() else "concise")
+
+
+def shows_progress(args: argparse.Namespace, out: TextIO) -> bool:
+    return sys.stderr.isatty() and not (args.quiet or args.silent) and output_format(args, out) in HUMAN_FORMATS
+
+
+class ProgressBar:
+    """Files checked of total and the time elapsed, on a terminal's stderr, once the run has lasted
+    PROGRESS_DELAY_S; it is erased when the run ends."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._started = time.monotonic()
+        self._bar = None
+        self._task = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            if time.monotonic() - self._started < PROGRESS_DELAY_S:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            columns = (TextColumn("Checking"), BarColumn(), MofNCompleteColumn(), TextColumn("files"), TimeElapsedColumn())
+            self._bar = Progress(*columns, console=Console(file=self._stream), transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("lint", total=total)
+        self._bar.update(self._task, completed=done, total=total)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
 
 
 def overrides(args: argparse.Namespace) -> Dict[str, object]:
@@ -157,7 +243,8 @@ def overrides(args: argparse.Namespace) -> Dict[str, object]:
     }
 
 
-def lint_stdin(name: str, settings: Settings):
+def lint_stdin(name: str, settings: Settings, text: Optional[str] = None):
+    """Lint standard input (or `text`, the fixed version of it) as the file `name`."""
     from dplint.api import lint_text
     from dplint.engine import SourceFile, Unreadable, decode, parse_error_finding
     from dplint.analysis.facts import module_identity
@@ -165,38 +252,93 @@ def lint_stdin(name: str, settings: Settings):
     path = Path(name)
     source = SourceFile(str(path.absolute()), name, *module_identity(path.absolute()))
     try:
-        text = decode(sys.stdin.buffer.read())
+        if text is None:
+            text = decode(sys.stdin.buffer.read())
     except Unreadable as error:
         return [parse_error_finding(source, error)], [], {}
     result = lint_text(text, source, settings)
     return sorted(result.findings, key=Finding.sort_key), list(result.internal_errors), {source.filename: text}
 
 
+def fixed_stdin(findings: List[Finding], sources: Dict[str, str], unsafe: bool) -> Tuple[str, str, List[Finding]]:
+    """Standard input's text, that text with its fixes applied (only if the result parses), and the
+    findings whose fix was applied."""
+    from dplint.engine import Unreadable, parse
+    from dplint.fixes import apply_fixes
+
+    [(filename, text)] = sources.items()
+    fixed, applied = apply_fixes(text, [f for f in findings if f.filename == filename], unsafe=unsafe)
+    try:
+        parse(fixed)
+    except Unreadable as error:
+        print(f"dplint: not fixing standard input: the fixed code would not parse ({error}); please report this.", file=sys.stderr)
+        return text, text, []
+    return text, fixed, applied
+
+
+def diff_stdin(findings: List[Finding], sources: Dict[str, str], args: argparse.Namespace, out: TextIO) -> int:
+    """--diff on stdin: the diff on stdout, exit 1 when there is something to change; no file is written."""
+    import difflib
+
+    text, fixed, applied = fixed_stdin(findings, sources, args.unsafe_fixes)
+    name = args.stdin_filename or "<stdin>"
+    out.writelines(difflib.unified_diff(text.splitlines(True), fixed.splitlines(True), f"a/{name}", f"b/{name}"))
+    if not (args.quiet or args.silent):
+        print(would_fix(len(applied)), file=sys.stderr)
+    return 1 if applied else 0
+
+
+def fix_stdin(findings: List[Finding], errors: List[InternalError], sources: Dict[str, str], settings: Settings, args: argparse.Namespace, out: TextIO):
+    """--fix on stdin: the whole source, fixed, on stdout (editors replace the buffer with it; unchanged
+    when it cannot be fixed); no file is written. Returns what remains to report, beside it."""
+    if not sources:  # undecodable input: there is no source to print
+        return findings, errors, sources
+    if errors:  # a rule failed on it: change nothing
+        fixed, applied = next(iter(sources.values())), []
+    else:
+        _, fixed, applied = fixed_stdin(findings, sources, args.unsafe_fixes)
+    out.write(fixed)
+    out.flush()
+    if not applied:
+        return findings, errors, sources
+    return lint_stdin(args.stdin_filename or "<stdin>", settings, fixed)
+
+
 def report(findings: List[Finding], args: argparse.Namespace, out: TextIO, sources: Dict[str, str]) -> None:
     from dplint import reporters
 
-    terminal = out.isatty()
-    output_format = args.format or ("full" if terminal else "concise")
+    chosen = output_format(args, out)
     lines = _source_lines(sources)
+    show_summary = not args.quiet
     if args.statistics:
-        reporters.write_statistics(findings, out, as_json=output_format == "json")
-    elif output_format == "json":
+        reporters.write_statistics(findings, out, as_json=chosen == "json")
+    elif chosen == "json":
         reporters.write_json(findings, out)
-    elif output_format == "json-lines":
+    elif chosen == "json-lines":
         reporters.write_json_lines(findings, out)
-    elif output_format == "github":
+    elif chosen == "github":
         reporters.write_github(findings, out)
-    elif output_format == "sarif":
+    elif chosen == "sarif":
         reporters.write_sarif(findings, out, lines)
-    elif output_format == "junit":
+    elif chosen == "junit":
         reporters.write_junit(findings, out)
-    elif output_format == "gitlab":
+    elif chosen == "gitlab":
         reporters.write_gitlab(findings, out, lines)
-    elif output_format == "concise":
-        reporters.write_concise(findings, out, args.unsafe_fixes)
+    elif chosen == "concise":
+        reporters.write_concise(findings, out, args.unsafe_fixes, show_summary)
     else:
-        colour = terminal and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-        reporters.write_full(findings, out, lines, colour, args.unsafe_fixes)
+        reporters.write_full(findings, out, lines, use_colour(args.color, out), args.unsafe_fixes, show_summary)
+
+
+def use_colour(choice: str, out: TextIO) -> bool:
+    """--color always/never decide; auto follows NO_COLOR (any value), then FORCE_COLOR, then the terminal."""
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return out.isatty() and os.environ.get("TERM") != "dumb"
 
 
 def _by_file(findings: List[Finding], unsafe: bool) -> Dict[str, List[Finding]]:
@@ -209,21 +351,26 @@ def _by_file(findings: List[Finding], unsafe: bool) -> Dict[str, List[Finding]]:
     return grouped
 
 
-def show_diff(findings: List[Finding], unsafe: bool, out: TextIO) -> int:
+def show_diff(findings: List[Finding], args: argparse.Namespace, out: TextIO) -> int:
     """--diff: what --fix would change, as a unified diff; exit 1 when there is something to change."""
     import difflib
 
     from dplint.fixes import apply_fixes, read_for_fixing
 
     count = 0
-    for filename, group in _by_file(findings, unsafe).items():
+    for filename, group in _by_file(findings, args.unsafe_fixes).items():
         text, _ = read_for_fixing(filename)
-        fixed, applied = apply_fixes(text, group, unsafe=unsafe)
+        fixed, applied = apply_fixes(text, group, unsafe=args.unsafe_fixes)
         count += len(applied)
         path = group[0].path
         out.writelines(difflib.unified_diff(text.splitlines(True), fixed.splitlines(True), f"a/{path}", f"b/{path}"))
-    print(f"Would fix {count} error{'s' * (count != 1)}." if count else "No fixes available.", file=sys.stderr)
+    if not (args.quiet or args.silent):
+        print(would_fix(count), file=sys.stderr)
     return 1 if count else 0
+
+
+def would_fix(count: int) -> str:
+    return f"Would fix {count} error{'s' * (count != 1)}." if count else "No fixes available."
 
 
 def fix_files(findings: List[Finding], unsafe: bool) -> List[Finding]:
@@ -276,13 +423,14 @@ def _source_lines(sources: Dict[str, str]):
     return lines
 
 
-def explain(code: str, out: TextIO) -> int:
+def explain(code_or_name: str, out: TextIO) -> int:
     from dplint.docs import explain as render
-    from dplint.rules import BY_CODE
+    from dplint.rules import ALL_RULES, BY_CODE
 
-    rule = BY_CODE.get(code.strip().upper())
+    wanted = code_or_name.strip()
+    rule = BY_CODE.get(wanted.upper()) or next((r for r in ALL_RULES if r.name == wanted.lower()), None)
     if rule is None:
-        raise ConfigError(f"--explain: unknown rule code `{code}`; see `dplint --list-rules`.")
+        raise ConfigError(f"--explain: no rule has the code or name `{code_or_name}`; see `dplint --list-rules`.")
     out.write(render(rule))
     return 0
 
@@ -295,8 +443,9 @@ def list_rules(out: TextIO, as_json: bool) -> int:
             "code": rule.code,
             "name": rule.name,
             "severity": rule.severity,
-            "enabled_by_default": rule.enabled_by_default and not rule.runtime_only,
-            "runtime_only": rule.runtime_only,
+            "enabled_by_default": rule.enabled_by_default,
+            "fix": offers_fix(rule),
+            "checked": "runtime" if rule.runtime_only else "static",
             "summary": rule.summary,
         }
         for rule in ALL_RULES
@@ -305,8 +454,17 @@ def list_rules(out: TextIO, as_json: bool) -> int:
         json.dump(rows, out, indent=2)
         out.write("\n")
         return 0
-    width = max(len(row["name"]) for row in rows)  # type: ignore[arg-type]
+    table = [("CODE", "NAME", "DEFAULT", "FIX", "CHECKED", "SEVERITY", "SUMMARY")]
     for row in rows:
-        state = "runtime" if row["runtime_only"] else "on" if row["enabled_by_default"] else "off"
-        out.write(f"{row['code']}  {row['name']:<{width}}  {row['severity']:<7}  {state:<7}  {row['summary']}\n")
+        default = "on" if row["enabled_by_default"] else "off"
+        fix = "yes" if row["fix"] else "no"
+        table.append((row["code"], row["name"], default, fix, row["checked"], row["severity"], row["summary"]))  # type: ignore[arg-type]
+    widths = [max(len(cells[column]) for cells in table) for column in range(len(table[0]) - 1)]
+    for cells in table:
+        out.write("  ".join(cell.ljust(width) for cell, width in zip(cells, widths)) + "  " + cells[-1] + "\n")
     return 0
+
+
+def offers_fix(rule) -> bool:
+    """Whether the rule offers a fix: every fix a rule offers is shown, and tested, in its examples."""
+    return any(example.expected_fix is not None for example in rule.INVALID)

@@ -18,7 +18,7 @@ import tokenize
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 from dplint.config import Settings
 from dplint.analysis.facts import FileFacts, ProjectFacts, collect_file_facts, module_identity
@@ -26,7 +26,7 @@ from dplint.analysis.names import position_anchor
 from dplint.finding import Edit, Finding, Fix, Location
 from dplint.rule import Report, Rule
 from dplint.rules import CHECKS, ParseError
-from dplint.suppression import Suppressions
+from dplint.suppression import SuppressionRule, Suppressions, noqa_directives
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 # libcst's parser is quadratic in the depth of left-recursive chains (`x.t().t()…`, `x[0][0]…`):
@@ -284,7 +284,9 @@ def run_rules(source: SourceFile, text: str, module, rules: Sequence[Rule], proj
     suppressions = Suppressions(text)
     findings: List[Finding] = []
     errors: List[InternalError] = []
-    for rule in rules:
+    noqa_rules = [rule for rule in rules if isinstance(rule, SuppressionRule) and not suppressions.file_ignores(rule.code)]
+    node_rules = [rule for rule in rules if not isinstance(rule, SuppressionRule)]
+    for rule in node_rules:
         if suppressions.file_ignores(rule.code):
             continue
         try:
@@ -296,7 +298,35 @@ def run_rules(source: SourceFile, text: str, module, rules: Sequence[Rule], proj
             findings.append(parse_error_finding(source, Unreadable("too deeply nested to analyse")))
         except Exception:
             errors.append(InternalError(source.path, rule.code, traceback.format_exc()))
+    if noqa_rules:
+        if any(rule.judges_use for rule in noqa_rules):
+            errors += _record_noqa_use_of_other_rules(ctx, source, suppressions, {rule.code for rule in node_rules})
+        suppressions.undecided |= {error.code for error in errors}
+        directives = noqa_directives(text)
+        for rule in noqa_rules:
+            try:
+                findings += [f for f in rule.check_directives(ctx, directives, suppressions) if not suppressions.line_ignores(f)]
+            except Exception:
+                errors.append(InternalError(source.path, rule.code, traceback.format_exc()))
     return FileResult(tuple(findings), tuple(errors))
+
+
+def _record_noqa_use_of_other_rules(ctx, source: SourceFile, suppressions: Suppressions, ran: Set[str]) -> List[InternalError]:
+    """Run the static rules that a `# noqa` names but this run did not (deselected, or skipped by the
+    prefilter), only to record which directives they would use: their findings are not reported."""
+    errors: List[InternalError] = []
+    named = suppressions.named_codes()
+    for rule_class in CHECKS:
+        if rule_class.code in ran or rule_class.code not in named or issubclass(rule_class, SuppressionRule):
+            continue
+        try:
+            for report in rule_class().check(ctx):
+                suppressions.line_ignores(_locate(rule_class, report, ctx, source))
+        except RecursionError:
+            suppressions.undecided.add(rule_class.code)
+        except Exception:
+            errors.append(InternalError(source.path, rule_class.code, traceback.format_exc()))
+    return errors
 
 
 def _locate(rule: Rule, report: Report, ctx, source: SourceFile) -> Finding:
@@ -322,6 +352,7 @@ def _locate(rule: Rule, report: Report, ctx, source: SourceFile) -> Finding:
         end_location=Location(span.end.line, span.end.column + 1),
         fix=fix,
         noqa_row=ctx.line(position_anchor(report.statement)) if report.statement is not None else span.start.line,
+        references=report.references,
     )
 
 
@@ -341,15 +372,28 @@ def check_task(item: Tuple[SourceFile, Optional[FileFacts]]) -> FileResult:
     return check_file(source, None, _worker_state["settings"], _worker_state["project"], facts)  # type: ignore[arg-type]
 
 
-def run_parallel(function: Callable[[T], R], items: Sequence[T], jobs: int, settings: Settings, project: Optional[ProjectFacts]) -> List[R]:
+def run_parallel(
+    function: Callable[[T], R],
+    items: Sequence[T],
+    jobs: int,
+    settings: Settings,
+    project: Optional[ProjectFacts],
+    on_result: Optional[Callable[[], None]] = None,
+) -> List[R]:
     if jobs <= 1 or len(items) < PARALLEL_THRESHOLD:
         _init_worker(settings, project)
-        return [function(item) for item in items]
+        return [_reported(function(item), on_result) for item in items]
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
     chunksize = max(1, min(64, len(items) // (jobs * 8)))
     with context.Pool(jobs, initializer=_init_worker, initargs=(settings, project)) as pool:
-        return pool.map(function, items, chunksize=chunksize)
+        return [_reported(result, on_result) for result in pool.imap(function, items, chunksize=chunksize)]
+
+
+def _reported(result: R, on_result: Optional[Callable[[], None]]) -> R:
+    if on_result is not None:
+        on_result()
+    return result
 
 
 def display_path(path: Path) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 DOCS_URL = "https://github.com/dplint/dplint/blob/main/docs/rules.md"
 
@@ -31,6 +31,21 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class FileReference:
+    """A place in another (or the same) file that a message names, as `text` shows it: `train.py:104`.
+
+    Each output format shows it the way it shows the finding's own path (see `Finding.message_for`)."""
+
+    filename: str  # absolute
+    line: int
+    text: str
+
+    @classmethod
+    def to(cls, filename: str, shown_path: str, line: int) -> "FileReference":
+        return cls(filename, line, f"{shown_path}:{line}")
+
+
+@dataclass(frozen=True)
 class Finding:
     code: str
     name: str
@@ -43,10 +58,19 @@ class Finding:
     end_location: Location
     fix: Optional[Fix] = None
     noqa_row: int = field(default=0, compare=False)
+    references: Tuple[FileReference, ...] = ()
 
     @property
     def url(self) -> str:
         return f"{DOCS_URL}#{self.code.lower()}-{self.name}"
+
+    def message_for(self, show_path: Callable[[str], str]) -> str:
+        """The message with every file it names shown by `show_path(absolute filename)`."""
+        message = self.message
+        for reference in self.references:
+            if reference.filename:
+                message = message.replace(reference.text, f"{show_path(reference.filename)}:{reference.line}", 1)
+        return message
 
     def sort_key(self):
         return (self.path, self.location, self.code)

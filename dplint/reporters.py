@@ -32,15 +32,23 @@ def summary(findings: Sequence[Finding], unsafe: bool = False) -> str:
     return f"Found {' and '.join(parts)} in {files} file{'s' * (files != 1)}.{hint}"
 
 
+def shown_here(filename: str) -> str:
+    """A path as the human and JSON formats show the finding's own: relative to the current folder."""
+    from dplint.engine import display_path
+
+    return display_path(Path(filename))
+
+
 def concise_line(finding: Finding, unsafe: bool = False) -> str:
     marker = " [*]" if is_fixable(finding, unsafe) else ""
-    return f"{finding.path}:{finding.location.row}:{finding.location.column}: {finding.code}{marker} {finding.message}"
+    return f"{finding.path}:{finding.location.row}:{finding.location.column}: {finding.code}{marker} {finding.message_for(shown_here)}"
 
 
-def write_concise(findings: Sequence[Finding], out: TextIO, unsafe: bool = False) -> None:
+def write_concise(findings: Sequence[Finding], out: TextIO, unsafe: bool = False, show_summary: bool = True) -> None:
     for finding in findings:
         out.write(concise_line(finding, unsafe) + "\n")
-    out.write(summary(findings, unsafe) + "\n")
+    if show_summary:
+        out.write(summary(findings, unsafe) + "\n")
 
 
 def _location(location: Location) -> Dict[str, int]:
@@ -61,7 +69,7 @@ def finding_to_json(finding: Finding) -> Dict[str, object]:
     return {
         "code": finding.code,
         "name": finding.name,
-        "message": finding.message,
+        "message": finding.message_for(shown_here),
         "help": finding.help,
         "severity": finding.severity,
         "filename": finding.filename,
@@ -115,20 +123,24 @@ def full_frame(finding: Finding, lines: Optional[List[str]], unsafe: bool = Fals
     return frame
 
 
-def write_full(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, colour: bool, unsafe: bool = False) -> None:
+def write_full(
+    findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, colour: bool, unsafe: bool = False, show_summary: bool = True
+) -> None:
     if colour:
-        _write_full_coloured(findings, out, source_lines, unsafe)
+        _write_full_coloured(findings, out, source_lines, unsafe, show_summary)
         return
     for finding in findings:
         out.write("\n".join(full_frame(finding, source_lines(finding.filename), unsafe)) + "\n")
-    out.write(summary(findings, unsafe) + "\n")
+    if show_summary:
+        out.write(summary(findings, unsafe) + "\n")
 
 
-def _write_full_coloured(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, unsafe: bool) -> None:
+def _write_full_coloured(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, unsafe: bool, show_summary: bool) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    console = Console(file=out, highlight=False, soft_wrap=True)
+    # The caller decided on colour (--color, NO_COLOR, FORCE_COLOR): rich must not decide again.
+    console = Console(file=out, highlight=False, soft_wrap=True, force_terminal=True, no_color=False, color_system="standard")
     for finding in findings:
         lines = full_frame(finding, source_lines(finding.filename), unsafe)
         prefix = f"{finding.path}:{finding.location.row}:{finding.location.column}:"
@@ -142,7 +154,8 @@ def _write_full_coloured(findings: Sequence[Finding], out: TextIO, source_lines:
                 console.print(f"[bold {colour}]{escape(line)}[/]")
             else:
                 console.print(escape(line))
-    console.print(f"[bold]{escape(summary(findings, unsafe))}[/bold]")
+    if show_summary:
+        console.print(f"[bold]{escape(summary(findings, unsafe))}[/bold]")
 
 
 # ----- formats for CI systems ---------------------------------------------------------------------------
@@ -207,7 +220,8 @@ def write_github(findings: Sequence[Finding], out: TextIO) -> None:
             ("endLine", finding.end_location.row),
             ("endColumn", finding.end_location.column),
         ]
-        text = f"{path}:{finding.location.row}:{finding.location.column}: {finding.code} {finding.message}"
+        message = finding.message_for(lambda filename: relative_uri(filename, root))
+        text = f"{path}:{finding.location.row}:{finding.location.column}: {finding.code} {message}"
         out.write(github_command(finding.severity, properties, text) + "\n")
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_file:
@@ -227,7 +241,8 @@ def step_summary(findings: Sequence[Finding], root: str) -> str:
         lines += [f"### [{code} {group[0].name}]({group[0].url}) ({len(group)})", "", "| location | message |", "|---|---|"]
         for finding in group:
             where = f"{relative_uri(finding.filename, root)}:{finding.location.row}:{finding.location.column}"
-            lines.append(f"| `{where}` | {finding.message.replace('|', '&#124;')} |")
+            message = finding.message_for(lambda filename: relative_uri(filename, root))
+            lines.append(f"| `{where}` | {message.replace('|', '&#124;')} |")
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -263,11 +278,11 @@ def write_sarif(findings: Sequence[Finding], out: TextIO, source_lines: SourceLi
                 "ruleId": finding.code,
                 "ruleIndex": codes.index(finding.code),
                 "level": "warning" if finding.severity == "warning" else "error",
-                "message": {"text": finding.message},
+                "message": {"text": finding.message_for(lambda filename: relative_uri(filename, root))},
                 "locations": [
                     {
                         "physicalLocation": {
-                            "artifactLocation": {"uri": relative_uri(finding.filename, root), "uriBaseId": "%SRCROOT%"},
+                            "artifactLocation": artifact_location(finding.filename, root),
                             "region": {
                                 "startLine": finding.location.row,
                                 "startColumn": finding.location.column,
@@ -305,6 +320,16 @@ def write_sarif(findings: Sequence[Finding], out: TextIO, source_lines: SourceLi
     out.write("\n")
 
 
+def artifact_location(filename: str, root: str) -> Dict[str, str]:
+    """A percent-encoded URI (`my%20dir/a%2Cb.py`) relative to %SRCROOT%, or a file URI outside it."""
+    from urllib.parse import quote
+
+    relative = os.path.relpath(filename, root)
+    if relative.startswith(".."):
+        return {"uri": Path(filename).as_uri()}
+    return {"uri": quote(Path(relative).as_posix(), safe="/"), "uriBaseId": "%SRCROOT%"}
+
+
 def _section(docs: str, heading: str) -> str:
     """The first paragraph under a `## heading` of a rule's docs."""
     lines = docs.splitlines()
@@ -327,7 +352,7 @@ def write_gitlab(findings: Sequence[Finding], out: TextIO, source_lines: SourceL
     prints = fingerprints(findings, source_lines, root)
     report = [
         {
-            "description": f"{finding.code} {finding.message}",
+            "description": f"{finding.code} {finding.message_for(lambda filename: relative_uri(filename, root))}",
             "check_name": finding.code,
             "fingerprint": prints[index],
             "severity": "minor" if finding.severity == "warning" else "major",
@@ -363,8 +388,9 @@ def write_junit(findings: Sequence[Finding], out: TextIO) -> None:
                 line=str(finding.location.row),
                 column=str(finding.location.column),
             )
-            failure = ElementTree.SubElement(case, "failure", message=finding.message)
-            failure.text = f"line {finding.location.row}, col {finding.location.column}, {finding.message}"
+            message = finding.message_for(shown_here)
+            failure = ElementTree.SubElement(case, "failure", message=message)
+            failure.text = f"line {finding.location.row}, col {finding.location.column}, {message}"
     out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
     out.write(ElementTree.tostring(suites, encoding="unicode"))
     out.write("\n")

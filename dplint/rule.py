@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     import libcst as cst
 
     from dplint.context import FileContext
+    from dplint.finding import FileReference
     from dplint.analysis.facts import ProjectFacts
 
 
@@ -69,6 +70,8 @@ class Report:
     fix: Optional[FixSpec] = None
     # The statement holding the node: a noqa comment on its first line also suppresses the report.
     statement: Optional["cst.CSTNode"] = None
+    # Places in files that the message names: each output format shows their paths its own way.
+    references: Tuple["FileReference", ...] = ()
 
 
 class Rule:

@@ -39,6 +39,8 @@ from dplint.rules.scalar_output_from_forward import ScalarOutputFromForward
 from dplint.rules.scatter_drops_samples import ScatterDropsSamples
 from dplint.rules.single_device_data_parallel import SingleDeviceDataParallel
 from dplint.rules.uneven_batch import UnevenBatch
+from dplint.rules.unknown_noqa_code import UnknownNoqaCode
+from dplint.rules.unused_noqa import UnusedNoqa
 from dplint.rules.unused_parameters import UnusedParameters
 from dplint.rules.wrapper_attribute_access import WrapperAttributeAccess
 from dplint.rules.wrapper_state_dict_prefix import WrapperStateDictPrefix
@@ -47,6 +49,8 @@ from dplint.rule import Rule
 
 # Rules that run on a parsed file, in code order. DPL000 is produced by the engine itself.
 CHECKS: List[Type[Rule]] = [
+    UnusedNoqa,  # DPL001 and DPL002 judge the noqa directives: the engine runs them after the others
+    UnknownNoqaCode,
     DiscardedTensorMove,
     InvalidDeviceString,
     ModuleOffPrimaryDevice,

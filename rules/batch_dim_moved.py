@@ -10,6 +10,7 @@ from dplint.context import FileContext
 from dplint.analysis.facts import Wrap
 from dplint.analysis.inference import Binding, Inference, Kind, Scope, WrappedForwardRule
 from dplint.analysis.names import Body, block_body, dotted, signed_integer_value
+from dplint.finding import FileReference
 from dplint.rule import Invalid, Report, Valid
 
 MOVERS = frozenset({"permute", "transpose", "swapaxes", "swapdims", "movedim", "moveaxis", "t"})
@@ -697,15 +698,17 @@ class BatchDimMovedInForward(WrappedForwardRule):
     def _report(ctx: FileContext, class_name: str, layout: Layout, returned: cst.Return, wrap: Wrap) -> Report:
         mover = ctx.short_code(layout.mover, 24)
         where = "the last dim" if layout.batch_dim < 0 else f"dim {layout.batch_dim}"
+        wrapped_at = FileReference.to(wrap.filename, wrap.path, wrap.line)
         return Report(
             node=layout.mover,
             message=(
                 f"`{mover}` puts the batch at {where} of `{class_name}`'s output; DataParallel gathers dim {wrap.dim} "
-                f"({wrap.path}:{wrap.line})."
+                f"({wrapped_at.text})."
             ),
             help=(
                 f"Return the batch at dim {wrap.dim} (permute back before the `return` on line {ctx.line(returned)}) "
                 "and permute after calling the wrapped model."
             ),
             statement=layout.mover_statement,
+            references=(wrapped_at,),
         )

@@ -8,6 +8,7 @@ import libcst as cst
 from dplint.context import FileContext
 from dplint.analysis.inference import Inference, WrappedForwardRule
 from dplint.analysis.names import block_body, child_blocks, dotted
+from dplint.finding import FileReference
 from dplint.rule import Invalid, Report, Valid
 
 
@@ -211,14 +212,16 @@ class ForwardMutatesModuleState(WrappedForwardRule):
     @staticmethod
     def _report(ctx: FileContext, class_name: str, statement: cst.CSTNode, target: cst.Attribute, wrap) -> Report:
         attribute = ctx.code(target)
+        wrapped_at = FileReference.to(wrap.filename, wrap.path, wrap.line)
         return Report(
             node=statement,
             message=(
-                f"`{class_name}.forward` sets `{attribute}` on a DataParallel replica ({wrap.path}:{wrap.line}): "
+                f"`{class_name}.forward` sets `{attribute}` on a DataParallel replica ({wrapped_at.text}): "
                 "the change is lost."
             ),
             help=f"Move `{attribute}` out of forward (into the training loop), or keep it in a buffer updated in place.",
             statement=statement,
+            references=(wrapped_at,),
         )
 
 

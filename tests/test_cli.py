@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -268,14 +269,29 @@ def test_explain_and_list_rules(tmp_path):
     for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Known problems"):
         assert heading in result.stdout
     assert dplint("--explain", "DPL999", cwd=tmp_path).returncode == 2
-    listing = dplint("--list-rules", cwd=tmp_path).stdout.splitlines()
+    header, *listing = dplint("--list-rules", cwd=tmp_path).stdout.splitlines()
+    assert header.split() == ["CODE", "NAME", "DEFAULT", "FIX", "CHECKED", "SEVERITY", "SUMMARY"]
     codes = [line.split()[0] for line in listing]
     assert codes == sorted(codes) and len(codes) == len(set(codes))
     assert {"DPL000", "DPL101", "DPL202", "DPL301", "DPL309", "DPL310", "DPL401", "DPL501", "DPL515", "DPL601"} <= set(codes)
-    states = {line.split()[0]: line.split()[3] for line in listing}
-    assert states["DPL306"] == "runtime" and states["DPL304"] == "on" and states["DPL308"] == "off"
+    columns = {line.split()[0]: line.split()[1:6] for line in listing}
+    assert columns["DPL101"] == ["discarded-tensor-move", "on", "yes", "static", "error"]
+    assert columns["DPL306"] == ["uneven-batch", "on", "no", "runtime", "warning"]
+    assert columns["DPL308"][1:4] == ["off", "no", "static"] and columns["DPL001"][1:3] == ["off", "yes"]
     rows = json.loads(dplint("--list-rules", "--format", "json", cwd=tmp_path).stdout)
-    assert {row["code"]: row["severity"] for row in rows}["DPL202"] == "warning"
+    by_code = {row["code"]: row for row in rows}
+    assert [row["code"] for row in rows] == codes
+    assert by_code["DPL202"]["severity"] == "warning"
+    assert by_code["DPL101"]["fix"] is True and by_code["DPL301"]["fix"] is False
+    assert by_code["DPL306"]["checked"] == "runtime" and by_code["DPL301"]["checked"] == "static"
+    assert by_code["DPL308"]["enabled_by_default"] is False and by_code["DPL304"]["enabled_by_default"] is True
+
+
+def test_explain_accepts_the_rule_name(tmp_path):
+    by_name = dplint("--explain", "batch-dim-moved-in-forward", cwd=tmp_path)
+    assert by_name.returncode == 0 and by_name.stdout == dplint("--explain", "DPL301", cwd=tmp_path).stdout
+    unknown = dplint("--explain", "batch-dim-moved", cwd=tmp_path)
+    assert unknown.returncode == 2 and "no rule has the code or name `batch-dim-moved`" in unknown.stderr
 
 
 def test_version(tmp_path):
@@ -309,3 +325,222 @@ def test_internal_error_names_file_and_rule_and_exits_two(tmp_path):
     assert result.returncode == 2
     assert "internal error in rule DPL101 while linting a.py" in result.stderr
     assert "ValueError: rule bug" in result.stderr
+
+
+WARNING_ONLY = "import os\nimport torch\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\n"  # DPL202 is a warning
+
+
+@pytest.mark.parametrize("layout", [{}, {"notes.txt": "x.to('cuda')\n", "sub/README.md": "# docs\n"}])
+def test_no_python_files_found(tmp_path, layout):
+    for relative, text in layout.items():
+        write(tmp_path, relative, text)
+    result = dplint(".", cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stderr == "No Python files found under the given path(s)\n"
+    assert dplint("-s", ".", cwd=tmp_path).stderr == ""
+    # A folder holding Python files does not say so, even when every file is clean.
+    write(tmp_path, "clean.py", CLEAN)
+    assert dplint(".", cwd=tmp_path).stderr == ""
+
+
+def test_stdin_filename_reads_standard_input_without_a_dash(tmp_path):
+    result = dplint("--stdin-filename", "pkg/train.py", cwd=tmp_path, stdin=DISCARDED)
+    assert result.returncode == 1
+    assert result.stdout.startswith("pkg/train.py:3:1: DPL101 ")
+    mixed = dplint("--stdin-filename", "a.py", "other.py", cwd=tmp_path, stdin=DISCARDED)
+    assert mixed.returncode == 2 and "--stdin-filename reads standard input" in mixed.stderr
+
+
+def test_fix_on_stdin_prints_the_fixed_source_and_writes_no_file(tmp_path):
+    on_disk = write(tmp_path, "train.py", "# the saved version\n")
+    source = DISCARDED + "y = torch.ones(2)\ny.cuda()\nmodel = torch.nn.DataParallel(model)\nmodel.module.fc  # noqa: DPL999\n"
+    result = dplint("--fix", "--stdin-filename", "train.py", cwd=tmp_path, stdin=source)
+    assert result.stdout == source.replace("x.to(", "x = x.to(").replace("y.cuda()", "y = y.cuda()")
+    # What remains is reported on stderr, and decides the exit status.
+    assert finding_lines(result.stderr) == [
+        "train.py:7:26: DPL002 `# noqa` names `DPL999`, which is not a dplint rule code, so it suppresses nothing."
+    ]
+    assert result.returncode == 1
+    assert on_disk.read_text() == "# the saved version\n"
+    clean = dplint("--fix", "-", cwd=tmp_path, stdin=CLEAN)
+    assert (clean.returncode, clean.stdout) == (0, CLEAN)
+    # Input that is not source text: nothing on stdout for an editor to take as the buffer.
+    binary = subprocess.run([sys.executable, "-m", "dplint", "--fix", "-"], cwd=tmp_path, input=b"\0x.to(", capture_output=True)
+    assert (binary.returncode, binary.stdout) == (1, b"") and b"DPL000" in binary.stderr
+
+
+def test_diff_on_stdin_prints_the_diff_and_writes_no_file(tmp_path):
+    on_disk = write(tmp_path, "train.py", "# the saved version\n")
+    result = dplint("--diff", "--stdin-filename", "train.py", cwd=tmp_path, stdin=DISCARDED)
+    assert result.returncode == 1
+    assert result.stdout.startswith("--- a/train.py\n+++ b/train.py\n")
+    assert "-x.to('cuda')\n+x = x.to('cuda')\n" in result.stdout
+    assert "Would fix 1 error." in result.stderr
+    assert on_disk.read_text() == "# the saved version\n"
+    clean = dplint("--diff", "-", cwd=tmp_path, stdin=CLEAN)
+    assert (clean.returncode, clean.stdout) == (0, "")
+
+
+@pytest.mark.parametrize(
+    "flags, env, coloured",
+    [
+        (["--color", "always"], {}, True),
+        (["--color", "always"], {"NO_COLOR": "1"}, True),
+        (["--color", "never"], {"FORCE_COLOR": "1"}, False),
+        ([], {}, False),  # auto, and stdout is a pipe
+        ([], {"FORCE_COLOR": "1"}, True),
+        (["--color", "auto"], {"FORCE_COLOR": "1", "NO_COLOR": "1"}, False),
+    ],
+)
+def test_color_option_and_environment(tmp_path, flags, env, coloured):
+    write(tmp_path, "bad.py", DISCARDED)
+    environment = {"NO_COLOR": "", "FORCE_COLOR": "", "TERM": "dumb", **env}
+    result = dplint("--format", "full", *flags, "bad.py", cwd=tmp_path, env=environment)
+    assert result.returncode == 1
+    assert ("\x1b[" in result.stdout) is coloured
+    assert "x.to('cuda')" in result.stdout
+    assert dplint("--color", "sometimes", "bad.py", cwd=tmp_path).returncode == 2
+
+
+def test_quiet_drops_the_summary_and_silent_prints_nothing(tmp_path):
+    write(tmp_path, "bad.py", DISCARDED)
+    quiet = dplint("-q", "bad.py", cwd=tmp_path)
+    assert quiet.returncode == 1 and quiet.stdout == "bad.py:3:1: DPL101 [*] " + quiet.stdout.split(" [*] ")[1]
+    assert len(quiet.stdout.splitlines()) == 1
+    full = dplint("--quiet", "--format", "full", "bad.py", cwd=tmp_path).stdout
+    assert "3 | x.to('cuda')" in full and "Found" not in full and "fixable" not in full
+    silent = dplint("-s", "bad.py", cwd=tmp_path)
+    assert (silent.returncode, silent.stdout, silent.stderr) == (1, "", "")
+    fixed = dplint("--silent", "--fix", "bad.py", cwd=tmp_path)
+    assert (fixed.returncode, fixed.stdout, fixed.stderr) == (0, "", "")
+    assert (tmp_path / "bad.py").read_text() == CLEAN
+    # Errors in dplint's use are still said.
+    assert "unknown" in dplint("-s", "--select", "DPL999", "bad.py", cwd=tmp_path).stderr
+
+
+def test_exit_zero_on_warnings(tmp_path):
+    write(tmp_path, "warn.py", WARNING_ONLY)
+    result = dplint("--exit-zero-on-warnings", "warn.py", cwd=tmp_path)
+    assert result.returncode == 0
+    assert [line.split()[1] for line in finding_lines(result.stdout)] == ["DPL202"]
+    assert dplint("warn.py", cwd=tmp_path).returncode == 1
+    write(tmp_path, "error.py", DISCARDED)
+    assert dplint("--exit-zero-on-warnings", ".", cwd=tmp_path).returncode == 1
+
+
+def test_progress_bar_only_on_a_terminal_and_never_quiet(tmp_path, monkeypatch):
+    from dplint import cli
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for index in range(3):
+        write(tmp_path, f"m{index}.py", DISCARDED)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "PROGRESS_DELAY_S", 0.0)
+
+    def run(*flags, stderr_is_terminal=True):
+        monkeypatch.setattr(sys, "stdout", io.StringIO())
+        monkeypatch.setattr(sys, "stderr", Terminal() if stderr_is_terminal else io.StringIO())
+        status = cli.main(["--no-cache", "-j", "1", *flags, "."])
+        return status, sys.stdout.getvalue(), sys.stderr.getvalue()
+
+    status, stdout, stderr = run()
+    assert status == 1 and "3/3" in stderr and "Checking" in stderr
+    assert "Checking" not in stdout and stdout.endswith("Found 3 errors in 3 files.\n[*] 3 fixable with the `--fix` option.\n")
+    for flags in (["-q"], ["-s"], ["--format", "json"], ["--format", "sarif"]):
+        assert run(*flags)[2] == "", flags
+    assert run(stderr_is_terminal=False)[2] == ""
+    # Below the delay, nothing appears: a quick run does not flicker.
+    monkeypatch.setattr(cli, "PROGRESS_DELAY_S", 60.0)
+    assert run()[2] == ""
+
+
+def test_unknown_noqa_code_is_a_warning_naming_the_code(tmp_path):
+    write(
+        tmp_path,
+        "a.py",
+        """
+        import torch
+        x = torch.zeros(3)
+        x.to('cuda')  # noqa: DPL1O1
+        y = 1  # noqa: E501, DPL777
+        z = 2  # noqa: E501, DPL101
+        note = "# noqa: DPL888"
+        """,
+    )
+    result = dplint("a.py", cwd=tmp_path)
+    assert finding_lines(result.stdout) == [
+        "a.py:4:1: DPL101 [*] " + finding_lines(result.stdout)[0].split(" [*] ")[1],
+        "a.py:4:23: DPL002 `# noqa` names `DPL1`, which is not a dplint rule code, so it suppresses nothing.",
+        "a.py:5:22: DPL002 `# noqa` names `DPL777`, which is not a dplint rule code, so it suppresses nothing.",
+    ]
+    assert "Found 1 error and 2 warnings in 1 file." in result.stdout
+    assert dplint("--exit-zero-on-warnings", "--ignore", "DPL101", "a.py", cwd=tmp_path).returncode == 0
+
+
+NOQA_SOURCE = """\
+import torch
+x = torch.zeros(3)
+x.to('cuda')  # noqa: DPL101
+x = x.cuda()  # noqa: DPL101
+x.cpu()  # noqa: E501, DPL101, DPL202
+y = x.to('cuda')  # noqa: E501,DPL301
+z = x.to('cuda')  # noqa: DPL101 - moved on purpose
+w = x.to('cuda')  # noqa
+out = model(x)  # noqa: DPL306
+"""
+
+
+def test_unused_noqa_is_off_by_default_and_its_fix_keeps_other_codes(tmp_path):
+    write(tmp_path, "a.py", NOQA_SOURCE)
+    assert dplint("a.py", cwd=tmp_path).returncode == 0
+    result = dplint("--extend-select", "DPL001", "a.py", cwd=tmp_path)
+    reported = [(line.split(": DPL001")[0], " DPL001 [*] " in line) for line in finding_lines(result.stdout)]
+    # Line 7 has text after the codes: it is reported, but no fix is offered.
+    assert reported == [("a.py:4:15", True), ("a.py:5:10", True), ("a.py:6:19", True), ("a.py:7:19", False)]
+    assert "Unused `# noqa` code DPL202: dplint reports no DPL202 finding here." in result.stdout
+    fixed = dplint("--extend-select", "DPL001", "--fix", "a.py", cwd=tmp_path)
+    assert fixed.returncode == 1 and "Fixed 3 errors (1 remaining)." in fixed.stderr
+    assert (tmp_path / "a.py").read_text().splitlines()[2:6] == [
+        "x.to('cuda')  # noqa: DPL101",
+        "x = x.cuda()",
+        "x.cpu()  # noqa: E501, DPL101",
+        "y = x.to('cuda')  # noqa: E501",
+    ]
+
+
+def test_unused_noqa_does_not_depend_on_the_selection(tmp_path):
+    # DPL101 is not selected, yet its directive on line 3 suppresses a finding: it is not unused.
+    write(tmp_path, "a.py", NOQA_SOURCE)
+    result = dplint("--select", "DPL001", "a.py", cwd=tmp_path)
+    assert [line.split(":")[1] for line in finding_lines(result.stdout)] == ["4", "5", "6", "7"]
+    # A file that no selected rule's prefilter matches is still judged.
+    write(tmp_path, "b.py", "import os  # noqa: DPL201\n")
+    assert [line.split(" ")[1] for line in finding_lines(dplint("--select", "DPL001", "b.py", cwd=tmp_path).stdout)] == ["DPL001"]
+    # Silenced like any finding: by its own code on the line, or for the whole file.
+    write(tmp_path, "c.py", "import os  # noqa: DPL201, DPL001\n# dplint: noqa: DPL001\n")
+    assert dplint("--select", "DPL001", "c.py", cwd=tmp_path).returncode == 0
+
+
+def test_internal_error_with_fix_on_stdin_prints_the_source_unchanged(tmp_path):
+    write(
+        tmp_path,
+        "boom.py",
+        """
+        import runpy, sys
+        from dplint.rules.discarded_tensor_move import DiscardedTensorMove
+
+        def explode(self, ctx):
+            raise ValueError("rule bug")
+            yield
+
+        DiscardedTensorMove.check = explode
+        sys.argv = ["dplint", "--fix", "--stdin-filename", "a.py"]
+        runpy.run_module("dplint", run_name="__main__")
+        """,
+    )
+    result = subprocess.run([sys.executable, "boom.py"], cwd=tmp_path, input=DISCARDED, capture_output=True, text=True)
+    assert (result.returncode, result.stdout) == (2, DISCARDED)
+    assert "internal error in rule DPL101 while linting a.py" in result.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -80,6 +81,59 @@ def test_sarif_validates_against_the_official_schema(tmp_path):
     assert run["results"][1]["level"] == "warning" or run["results"][0]["level"] == "warning"
 
 
+def test_sarif_uris_are_percent_encoded_and_relative_to_srcroot(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    folder = tmp_path / "my dir"
+    folder.mkdir()
+    (folder / "a,b\u00e9.py").write_text(BAD)
+    (tmp_path / ".git").mkdir()
+    result = dplint("--format", "sarif", ".", cwd=folder)
+    document = json.loads(result.stdout)
+    schema = json.loads((ROOT / "tests" / "data" / "sarif-schema-2.1.0.json").read_text())
+    jsonschema.Draft4Validator(schema).validate(document)
+    run = document["runs"][0]
+    [artifact] = [r["locations"][0]["physicalLocation"]["artifactLocation"] for r in run["results"]]
+    assert artifact == {"uri": "my%20dir/a%2Cb%C3%A9.py", "uriBaseId": "%SRCROOT%"}
+    assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == tmp_path.as_uri() + "/"
+    # A file outside the root gets an absolute file URI of its own.
+    outside = tmp_path.parent / f"{tmp_path.name}-outside dir"
+    outside.mkdir()
+    (outside / "b.py").write_text(BAD)
+    document = json.loads(dplint("--format", "sarif", str(outside / "b.py"), cwd=folder).stdout)
+    jsonschema.Draft4Validator(schema).validate(document)
+    [result] = document["runs"][0]["results"]
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"] == {"uri": (outside / "b.py").as_uri()}
+    assert "%20dir/b.py" in (outside / "b.py").as_uri()
+
+
+def test_paths_inside_messages_are_shown_like_the_findings_own_path(tmp_path):
+    """DPL301 names the file that wraps the model; each format shows that path as it shows the finding's."""
+    folder = tmp_path / "my dir"
+    folder.mkdir()
+    (tmp_path / ".git").mkdir()
+    shutil.copy(ROOT / "fixtures" / "crnn_model.py", folder / "crnn_model.py")
+    shutil.copy(ROOT / "fixtures" / "crnn_train.py", folder / "train,\u00e9.py")
+    workspace = {"GITHUB_WORKSPACE": str(tmp_path)}
+
+    def message(*args, cwd=folder):
+        result = subprocess.run([sys.executable, "-m", "dplint", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **workspace})
+        assert result.returncode == 1, result.stderr
+        return result.stdout
+
+    # From the project root first: the cache then holds facts whose paths are relative to it.
+    assert "DataParallel gathers dim 0 (my dir/train,\u00e9.py:15)." in message(".", cwd=tmp_path)
+    concise = message(".")
+    assert concise.startswith("crnn_model.py:54:16: DPL301 ") and "(train,\u00e9.py:15)." in concise
+    [as_json] = json.loads(message("--format", "json", "."))
+    assert as_json["message"].endswith("(train,\u00e9.py:15).")
+    github = message("--format", "github", ".")
+    assert github.startswith("::error title=dplint (DPL301),file=my dir/crnn_model.py,") and "(my dir/train,\u00e9.py:15)." in github
+    [sarif] = json.loads(message("--format", "sarif", "."))["runs"][0]["results"]
+    assert sarif["message"]["text"].endswith("(my dir/train,\u00e9.py:15).")
+    [gitlab] = json.loads(message("--format", "gitlab", "."))
+    assert gitlab["location"]["path"] == "my dir/crnn_model.py" and gitlab["description"].endswith("(my dir/train,\u00e9.py:15).")
+
+
 def test_fingerprints_survive_unrelated_edits(tmp_path):
     (tmp_path / "a.py").write_text(BAD)
     first = json.loads(dplint("--format", "sarif", "a.py", cwd=tmp_path).stdout)["runs"][0]["results"][0]
@@ -149,13 +203,6 @@ def test_fix_preserves_comments_crlf_and_encoding(tmp_path):
     assert (tmp_path / "a.py").read_bytes() == source.replace("x.to(", "x = x.to(").encode("latin-1")
 
 
-def test_fix_and_diff_refuse_standard_input(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "dplint", "--fix", "-"], cwd=tmp_path, input=BAD, capture_output=True, text=True
-    )
-    assert result.returncode == 2 and "cannot be used with standard input" in result.stderr
-
-
 def test_rule_reference_is_up_to_date():
     assert (ROOT / "docs" / "rules.md").read_text() == reference(), "regenerate: python -m dplint.docs docs/rules.md"
 
@@ -166,7 +213,8 @@ def test_explain_prints_the_reference_section(rule, tmp_path):
     assert explain(rule, level=2) in reference()
 
 
-def test_pre_commit_hook(tmp_path):
+def _git_project(tmp_path, files):
+    """A committed git repository holding `files`, and the environment to run git and pre-commit in."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     try:
@@ -175,12 +223,17 @@ def test_pre_commit_hook(tmp_path):
         pytest.skip("pre-commit is not installed (it comes with the test extra)")
     repo = tmp_path / "project"
     repo.mkdir()
-    (repo / "bad.py").write_text(BAD)
-    (repo / "good.py").write_text(GOOD)
+    for name, text in files.items():
+        (repo / name).write_text(text)
     environment = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "cache"), "GIT_AUTHOR_NAME": "t", "GIT_COMMITTER_NAME": "t",
                    "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_EMAIL": "t@example.com"}
     for command in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-qm", "init"]):
         subprocess.run(command, cwd=repo, check=True, env=environment)
+    return repo, environment
+
+
+def test_pre_commit_hook(tmp_path):
+    repo, environment = _git_project(tmp_path, {"bad.py": BAD, "good.py": GOOD})
 
     def try_repo(name):
         return subprocess.run(
@@ -196,3 +249,50 @@ def test_pre_commit_hook(tmp_path):
     good = try_repo("good.py")
     assert good.returncode == 0, good.stdout + good.stderr
     assert "Passed" in good.stdout
+
+
+def _readme_code_blocks(section: str, language: str):
+    text = (ROOT / "README.md").read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return [block.split("\n```", 1)[0] for block in body.split(f"```{language}\n")[1:]]
+
+
+def test_readme_local_pre_commit_config_runs_the_installed_dplint(tmp_path):
+    """The README's `repo: local` configuration, exactly as written, through real pre-commit (offline:
+    it runs the `dplint` installed beside this Python, and builds no environment)."""
+    scripts = Path(sys.executable).parent
+    if shutil.which("dplint", path=str(scripts)) is None:
+        pytest.skip(f"dplint is not installed in {scripts}")
+    [config] = [block for block in _readme_code_blocks("Use with pre-commit", "yaml") if "repo: local" in block]
+    repo, environment = _git_project(tmp_path, {"bad.py": BAD, "good.py": GOOD, ".pre-commit-config.yaml": config})
+    environment["PATH"] = f"{scripts}{os.pathsep}{environment.get('PATH', '')}"
+
+    def run_hook(name):
+        return subprocess.run(
+            [sys.executable, "-m", "pre_commit", "run", "--files", name], cwd=repo, capture_output=True, text=True, env=environment, timeout=300
+        )
+
+    bad = run_hook("bad.py")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "dplint" in bad.stdout and "Failed" in bad.stdout
+    assert "bad.py:3:1: DPL101 [*] `x.to('cuda')` returns a moved copy" in bad.stdout
+    good = run_hook("good.py")
+    assert good.returncode == 0 and "Passed" in good.stdout, good.stdout + good.stderr
+
+
+def test_readme_install_snippets_work_from_a_clone():
+    """Nothing is published on a package index: every `pip install` in the README installs this
+    checkout (or, labelled as such, what to use once dplint is published), with extras that exist."""
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    readme = (ROOT / "README.md").read_text()
+    named = re.findall(r"pip install (?:-e )?'\.\[([\w,]+)\]'", readme)
+    assert {"runtime", "server", "test"} <= set(named)
+    for extra in named:
+        assert set(extra.split(",")) <= set(extras), extra
+    for line in readme.splitlines():
+        if re.search(r"pip install (?:'|\")?dplint\b(?! @ git\+)|'dplint\[", line):  # `dplint @ git+URL`: a copy of this repository
+            assert "once" in line.lower() and "published" in line.lower(), line

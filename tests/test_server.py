@@ -256,7 +256,7 @@ async def test_fix_all_gives_the_fixed_fixture(client: LanguageClient, workspace
 
 @ASYNC
 async def test_quick_fix_and_disable_for_this_line(client: LanguageClient, workspace: Path):
-    text = MOVE.replace("x.to(device)\n", 'x.to(device)\ny = torch.ones(2, device="cuda: 0")  # noqa: DPL999\n')
+    text = MOVE.replace("x.to(device)\n", 'x.to(device)\ny = torch.ones(2, device="cuda: 0")  # noqa: DPL202\n')
     uri = write(workspace, "train.py", text)
     open_document(client, uri, text)
     await diagnostics(client, uri, has("DPL101", "DPL102"))
@@ -277,7 +277,7 @@ async def test_quick_fix_and_disable_for_this_line(client: LanguageClient, works
     (dpl102,) = [d for d in client.diagnostics[uri] if d.code == "DPL102"]
     actions = await code_actions(client, uri, dpl102.range, only=[types.CodeActionKind.QuickFix])
     disable = next(a for a in actions if a.title == "Disable DPL102 for this line")
-    assert apply_edits(text, disable.edit.changes[uri]).splitlines()[5].endswith("# noqa: DPL999, DPL102")
+    assert apply_edits(text, disable.edit.changes[uri]).splitlines()[5].endswith("# noqa: DPL202, DPL102")
 
     replace_text(client, uri, silenced, 2)
     await diagnostics(client, uri, has("DPL102"))
