@@ -102,17 +102,23 @@ def _split_codes(values: List[str]) -> FrozenSet[str]:
     return frozenset(code.strip().upper() for value in values for code in value.split(",") if code.strip())
 
 
+def positive_int_setting(config: pytest.Config, name: str) -> Optional[int]:
+    """`--dplint-<name> N`, else the `dplint_<name>` ini option (None: neither given); at least 1."""
+    value = config.getoption(f"dplint_{name}", None)
+    if value is None and config.getini(f"dplint_{name}"):
+        try:
+            value = int(config.getini(f"dplint_{name}"))
+        except ValueError:
+            raise pytest.UsageError(f"dplint_{name} must be an integer, got {config.getini(f'dplint_{name}')!r}") from None
+    if value is not None and value < 1:
+        raise pytest.UsageError(f"--dplint-{name} must be at least 1, got {value}")
+    return value
+
+
 def pytest_configure(config: pytest.Config) -> None:
     accepted = ", ".join(f"{name}=<{what}>" for name, (what, _) in MARKER_ARGUMENTS.items())
     config.addinivalue_line("markers", f"dplint({accepted}): run this test with dplint's DataParallel runtime checks")
-    devices = config.getoption("dplint_devices")
-    if devices is None and config.getini("dplint_devices"):
-        try:
-            devices = int(config.getini("dplint_devices"))
-        except ValueError:
-            raise pytest.UsageError(f"dplint_devices must be an integer, got {config.getini('dplint_devices')!r}") from None
-    if devices is not None and devices < 1:
-        raise pytest.UsageError(f"--dplint-devices must be at least 1, got {devices}")
+    devices = positive_int_setting(config, "devices")
     ignore = _split_codes(config.getoption("dplint_ignore") + list(config.getini("dplint_ignore")))
     enabled = bool(config.getoption("dplint") or config.getini("dplint") or devices is not None)
     if ignore:

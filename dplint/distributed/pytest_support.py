@@ -15,7 +15,6 @@ import pytest
 
 DEFAULT_RANKS = 2
 DEFAULT_TEST_TIMEOUT = 30.0
-MARKER_ARGUMENTS = ("ranks", "timeout", "checks", "action")
 
 
 def ranks_for(item: pytest.Item) -> Optional[int]:
@@ -32,14 +31,9 @@ def ranks_for(item: pytest.Item) -> Optional[int]:
 
 
 def default_ranks(config: pytest.Config) -> int:
-    value = config.getoption("dplint_ranks", None)
-    if value is None and config.getini("dplint_ranks"):
-        try:
-            value = int(config.getini("dplint_ranks"))
-        except ValueError:
-            raise pytest.UsageError(f"dplint_ranks must be an integer, got {config.getini('dplint_ranks')!r}") from None
-    if value is not None and value < 1:
-        raise pytest.UsageError(f"--dplint-ranks must be at least 1, got {value}")
+    from dplint.pytest_plugin import positive_int_setting
+
+    value = positive_int_setting(config, "ranks")
     return DEFAULT_RANKS if value is None else value
 
 
@@ -48,9 +42,6 @@ def run_on_ranks(item: pytest.Function, ranks: int) -> bool:
 
     __tracebackhide__ = True
     options = item.get_closest_marker("dplint").kwargs  # type: ignore[union-attr]
-    unknown = sorted(set(options) - set(MARKER_ARGUMENTS) - {"devices"})
-    if unknown:
-        raise pytest.UsageError(f"{item.nodeid}: dplint marker got unknown arguments {unknown}")
     arguments: Dict[str, Any] = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
     unpicklable = [name for name, value in arguments.items() if not _picklable(value)]
     if unpicklable:
