@@ -259,7 +259,12 @@ def check_file(source: SourceFile, text: Optional[str], settings: Settings, proj
     classes = facts.class_names if facts is not None else ()
     enabled = (rule() for rule in CHECKS if rule.code in settings.enabled and rule.code not in ignored)
     searched = prefilter_text(text)
-    rules = [rule for rule in enabled if rule.applies_to(searched, classes, project)]
+    in_program = project.distributed.program_of(source.filename) is not None
+    rules = [
+        rule
+        for rule in enabled
+        if (in_program or not rule.distributed_programs_only) and rule.applies_to(searched, classes, project)
+    ]
     if not rules:
         return FileResult()
     try:

@@ -86,10 +86,16 @@ class Rule:
     runtime_only: ClassVar[bool] = False
     # A file whose text matches none of the enabled rules' triggers is never parsed.
     triggers: ClassVar[Optional["re.Pattern[str]"]] = None
+    # What the text must also show for the rule to find anything (e.g. that it uses torch.distributed).
+    requires: ClassVar[Optional["re.Pattern[str]"]] = None
+    # Rules that report only in files of a program that starts a process group (project facts).
+    distributed_programs_only: ClassVar[bool] = False
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: "ProjectFacts") -> bool:
+        if self.requires is not None and self.requires.search(text) is None:
+            return False
         return self.triggers is None or self.triggers.search(text) is not None
 
     def check(self, ctx: "FileContext") -> Iterable[Report]:

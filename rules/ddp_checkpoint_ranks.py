@@ -90,6 +90,7 @@ class CheckpointOnEveryRank(Rule):
     name = "checkpoint-on-every-rank"
     summary = "`torch.save` run by every rank of a process group, to the same path: the writes race."
     triggers = re.compile(r"\bsave\(")
+    distributed_programs_only = True
 
     VALID = [
         Valid(
@@ -178,10 +179,10 @@ class CheckpointOnEveryRank(Rule):
     def check(self, ctx: FileContext) -> Iterator[Report]:
         if not in_distributed_program(ctx) or _SHARDED.search(ctx.source):
             return
-        scopes = list(iter_scopes(ctx.module))
+        scopes = [(scope, _runs_on_every_rank(ctx, scope)) for scope in iter_scopes(ctx.module)]
         savers = _saving_functions(ctx, scopes)
-        for scope in scopes:
-            if not _runs_on_every_rank(ctx, scope):
+        for scope, every_rank in scopes:
+            if not every_rank:
                 continue
             for call in _unguarded(ctx, scope, SAVE, 1, "f"):
                 yield Report(
@@ -202,11 +203,12 @@ class CheckpointOnEveryRank(Rule):
                         )
 
 
-def _saving_functions(ctx: FileContext, scopes: List[ScopeInfo]) -> Dict[Tuple[Optional[str], str], cst.Call]:
-    """(class name or None, function name) → the unguarded `torch.save` call in that function."""
+def _saving_functions(ctx: FileContext, scopes: List[Tuple[ScopeInfo, bool]]) -> Dict[Tuple[Optional[str], str], cst.Call]:
+    """(class name or None, function name) → the unguarded `torch.save` call in a function that not
+    every rank runs (each scope comes with whether every rank runs it)."""
     found: Dict[Tuple[Optional[str], str], cst.Call] = {}
-    for scope in scopes:
-        if scope.node is None or _runs_on_every_rank(ctx, scope):
+    for scope, every_rank in scopes:
+        if scope.node is None or every_rank:
             continue
         for call in _unguarded(ctx, scope, SAVE, 1, "f"):
             owner = scope.owner.name.value if scope.owner is not None else None
@@ -261,6 +263,7 @@ class LoadWithoutMapLocation(Rule):
     name = "load-without-map-location"
     summary = "`torch.load` without `map_location` on every rank: all ranks load GPU tensors onto `cuda:0`."
     triggers = re.compile(r"\bload\(")
+    distributed_programs_only = True
 
     VALID = [
         Valid(

@@ -7,7 +7,7 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.rules.ddp_common import argument, collective_name, is_literal
+from dplint.rules.ddp_common import ASYNC_OP_POSITION, argument, collective_name, is_literal
 
 
 class CollectiveResultAssigned(Rule):
@@ -44,6 +44,8 @@ class CollectiveResultAssigned(Rule):
     name = "collective-result-assigned"
     summary = "The result of an in-place collective (`None`) assigned or used: `x = dist.all_reduce(x)`."
     triggers = re.compile(r"\b(?:barrier|all_reduce|reduce|broadcast|all_gather|gather|scatter|all_to_all)\w*[ \t]*\(")
+    # Collectives are qualified names of torch.distributed: the file imports it (or names it in full).
+    requires = re.compile(r"torch\.distributed|from\s+torch\s+import[^\n]*\bdistributed\b")
 
     VALID = [
         Valid(
@@ -64,6 +66,15 @@ class CollectiveResultAssigned(Rule):
             """
             import torch.distributed.nn.functional as dfn
             total = dfn.all_reduce(features)  # the differentiable variant returns a tensor
+            """
+        ),
+        Valid(
+            """
+            import torch.distributed as dist
+            # torch's own tests: async_op passed by position, as a flag
+            req = dist.reduce_scatter(out, chunks, dist.ReduceOp.SUM, group, async_val)
+            if async_val:
+                req.wait()
             """
         ),
     ]
@@ -118,7 +129,9 @@ class _UsedResults(cst.CSTVisitor):
         name = collective_name(self.ctx, value)
         if name is None:
             return
-        async_op = argument(value, "async_op")
+        if any(arg.star for arg in value.args):
+            return  # `*args` may pass async_op=True
+        async_op = argument(value, "async_op", ASYNC_OP_POSITION.get(name))
         if (async_op is None or is_literal(async_op, False)) and all(value is not seen for seen, _ in self.found):
             self.found.append((value, name))
 

@@ -33,6 +33,13 @@ COLLECTIVE_NAMES = frozenset(
 # FSDP's class methods that gather the full parameters: every rank must call them.
 FSDP_COLLECTIVE_METHODS = frozenset({"summon_full_params", "full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict"})
 
+# Where each collective takes `async_op` positionally (torch 2.13's signatures).
+ASYNC_OP_POSITION = {
+    "barrier": 1, "all_reduce": 3, "reduce": 4, "broadcast": 3, "all_gather": 3, "all_gather_into_tensor": 3, "gather": 4,
+    "scatter": 4, "reduce_scatter": 4, "reduce_scatter_tensor": 4, "all_to_all": 3, "all_to_all_single": 5,
+}  # fmt: skip
+# A file that never names torch.distributed, DDP or FSDP has no collective and no DDP model of its own.
+USES_DISTRIBUTED = re.compile(r"distributed|FSDP|fully_shard", re.IGNORECASE)
 # An identifier naming the rank or a rank-zero predicate: `rank`, `local_rank`, `dist.get_rank`,
 # `is_main_process`, `master_process`, `trainer.is_global_zero`, `rank_zero_only`.
 _RANK_WORD = re.compile(
@@ -320,13 +327,17 @@ def _wrap_targets(ctx: FileContext, small: cst.BaseSmallStatement, wrappers: Fro
     return []
 
 
-def _class_wrapped_attributes(ctx: FileContext, owner: cst.ClassDef, wrappers: FrozenSet[str]) -> Set[str]:
+def _class_wrapped_attributes(ctx: FileContext, owner: cst.ClassDef, wrappers: FrozenSet[str]) -> FrozenSet[str]:
+    return ctx.memo(f"ddp-class-wrapped:{id(owner)}:{sorted(wrappers)}", lambda: _scan_class_wrapped_attributes(ctx, owner, wrappers))
+
+
+def _scan_class_wrapped_attributes(ctx: FileContext, owner: cst.ClassDef, wrappers: FrozenSet[str]) -> FrozenSet[str]:
     found: Set[str] = set()
     for statement in block_body(owner.body):
         if isinstance(statement, cst.FunctionDef):
             for site in iter_sites(ScopeInfo(statement, block_body(statement.body), None)):
                 found.update(name for name in _wrap_targets(ctx, site.statement, wrappers) if name.startswith("self."))
-    return found
+    return frozenset(found)
 
 
 def module_functions(module: cst.Module) -> Dict[str, cst.FunctionDef]:

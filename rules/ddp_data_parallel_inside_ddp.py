@@ -1,16 +1,19 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
-from dplint.analysis.facts import DATA_PARALLEL, MODULE_RETURNING_METHODS
+from dplint.analysis.facts import DATA_PARALLEL, MODULE_RETURNING_METHODS, ProjectFacts
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.names import dotted, iter_calls
 from dplint.analysis.wrapping import Point, scope_points
 from dplint.rules.ddp_common import DDP, argument
+
+
+_DATA_PARALLEL = re.compile(r"(?<!Distributed)DataParallel\b")
 
 
 class DataParallelInsideDdp(Rule):
@@ -43,7 +46,7 @@ class DataParallelInsideDdp(Rule):
     code = "DPL514"
     name = "data-parallel-inside-ddp"
     summary = "`DistributedDataParallel(nn.DataParallel(...))`: two data-parallel wrappers, an unsupported mode."
-    triggers = re.compile(r"DataParallel")
+    triggers = re.compile(r"DistributedDataParallel|\bDDP\b")
 
     VALID = [
         Valid(
@@ -111,6 +114,9 @@ class DataParallelInsideDdp(Rule):
             line=5,
         ),
     ]
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        return super().applies_to(text, module_classes, project) and _DATA_PARALLEL.search(text) is not None
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         for point in scope_points(ctx):

@@ -62,6 +62,7 @@ class TrainingLoaderNotSharded(Rule):
     name = "training-loader-not-sharded"
     summary = "A DDP program's training loader has no `DistributedSampler`: every rank trains on the same data."
     triggers = re.compile(r"shuffle[ \t]*=[ \t]*True|IterableDataset")
+    distributed_programs_only = True
 
     VALID = [
         Valid(

@@ -55,6 +55,7 @@ class MissingSetDevice(Rule):
     name = "missing-set-device"
     summary = "An NCCL process group whose ranks never select their own GPU: every rank piles onto GPU 0."
     triggers = re.compile(r"nccl")
+    distributed_programs_only = True
 
     VALID = [
         Valid(

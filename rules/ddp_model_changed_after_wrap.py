@@ -11,7 +11,7 @@ from dplint.analysis.inference import is_module_class_name
 from dplint.analysis.names import dotted
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.rules.ddp_common import DDP, argument, calls_in, iter_scopes, iter_sites, wrap_of
+from dplint.rules.ddp_common import DDP, USES_DISTRIBUTED, argument, calls_in, iter_scopes, iter_sites, wrap_of
 
 CASTS = frozenset({"half", "double", "bfloat16"})
 MOVES = frozenset({"to", "cuda", "cpu"})
@@ -69,6 +69,8 @@ class ModelChangedAfterDdpWrap(Rule):
     name = "model-changed-after-ddp-wrap"
     summary = "Parameters loaded on one rank, cast, moved or replaced after the DDP wrap: replicas drift apart."
     triggers = re.compile(r"DistributedDataParallel|\bDDP\b")
+    requires = USES_DISTRIBUTED
+    distributed_programs_only = True
 
     VALID = [
         Valid(

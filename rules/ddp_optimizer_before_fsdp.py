@@ -47,6 +47,7 @@ class OptimizerBeforeFsdpWrap(Rule):
     name = "optimizer-before-fsdp-wrap"
     summary = "An optimizer built before the FSDP wrap: it holds parameters the sharded model no longer uses."
     triggers = re.compile(r"FullyShardedDataParallel|FSDP|fully_shard")
+    requires = re.compile(r"optim")
 
     VALID = [
         Valid(

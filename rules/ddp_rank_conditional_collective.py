@@ -11,6 +11,7 @@ from dplint.analysis.names import Body, block_body, child_blocks, dotted
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import (
+    USES_DISTRIBUTED,
     DDP,
     FSDP,
     FSDP_COLLECTIVE_METHODS,
@@ -169,7 +170,9 @@ class RankConditionalCollective(Rule):
     code = "DPL507"
     name = "rank-conditional-collective"
     summary = "A collective (barrier, all_reduce, a DDP forward, ...) that only some ranks run: the job hangs."
-    triggers = re.compile(r"rank|main_process|master|is_global_zero")
+    # A rank condition: an `if`/`elif`/conditional expression or a decorator that names a rank.
+    triggers = re.compile(r"(?:\bif\b|@)[^\n]*(?:rank|main_process|master|is_global_zero)", re.IGNORECASE)
+    requires = USES_DISTRIBUTED
 
     VALID = [
         Valid(

@@ -16,7 +16,11 @@ PREFIX = "module."
 _PREFIX_LIKE = frozenset({"module.", "modules.", "module"})
 # Prefix strings common enough elsewhere that only a state dict's context makes them the prefix.
 _WEAK_PREFIXES = frozenset({"module"})
-_HAND_STRIPPING = re.compile(r"""["']modules?\.?["']|\[\s*7\s*:\s*\]""")
+_HAND_STRIPPING = re.compile(
+    r"""["']modules?\.["']|(?:replace|startswith|split|removeprefix|lstrip|len)\(\s*["']modules?["']|\[\s*7\s*:\s*\]"""
+)
+# A wrap written in the file: `nn.DataParallel(`, `DistributedDataParallel(`, `DDP(`.
+_WRAP_CALL = re.compile(r"DataParallel\s*\(|\bDDP\s*\(")
 # The context of a bare `k[7:]` that makes it the prefix's length: the keys of a state dict.
 _STATE_DICT_CONTEXT = re.compile(r"state|ckpt|checkpoint|weights|params|\.items\(\)|\.keys\(\)")
 
@@ -81,7 +85,7 @@ class WrapperStateDictPrefix(Rule):
             return True
         if "state_dict" not in text or "save" not in text:
             return False
-        return "DataParallel" in text or "DDP" in text or any(project.attribute_wraps.get(name) for name in module_classes)
+        return _WRAP_CALL.search(text) is not None or any(project.attribute_wraps.get(name) for name in module_classes)
 
     VALID = [
         Valid(
@@ -201,6 +205,8 @@ class WrapperStateDictPrefix(Rule):
         for point in points:
             small = point.statement
             wrapped = {name: sites for name, sites in point.wrapped.items() if name not in point.handled}
+            if not wrapped and not held:
+                continue  # nothing here can save a wrapper's keys
             for save in _save_calls(ctx, small):
                 for arg in save.args:
                     for call, owner in _state_dict_calls(arg.value, wrapped):

@@ -538,11 +538,12 @@ def scan_attribute_wraps(tree: ast.AST, text: str, qualify, path: str) -> Tuple[
                 wrapper = wrapper_of(statement.value)
                 for target in statement.targets if wrapper else ():
                     if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == self_name:
-                        found.append(AttributeWrap(class_name, target.attr, wrapper, path, statement.lineno, conditions))
+                        texts = tuple((" ".join((ast.get_source_segment(text, test) or "").split()), holds) for test, holds in conditions)
+                        found.append(AttributeWrap(class_name, target.attr, wrapper, path, statement.lineno, texts))
             elif isinstance(statement, ast.If):
-                test = " ".join((ast.get_source_segment(text, statement.test) or "").split())
-                walk(statement.body, class_name, self_name, (*conditions, (test, True)))
-                walk(statement.orelse, class_name, self_name, (*conditions, (test, False)))
+                # The test's text only where a wrap needs it: get_source_segment splits the whole file.
+                walk(statement.body, class_name, self_name, (*conditions, (statement.test, True)))
+                walk(statement.orelse, class_name, self_name, (*conditions, (statement.test, False)))
             elif isinstance(statement, (ast.For, ast.While, ast.With, ast.Try)):
                 for block in (statement.body, getattr(statement, "orelse", []), getattr(statement, "finalbody", [])):
                     walk(block, class_name, self_name, conditions)

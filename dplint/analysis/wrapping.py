@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Generator, Iterable, Iterator, Mapping, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Generator, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -89,27 +89,52 @@ def handled_names(node: cst.CSTNode) -> Set[str]:
     `isinstance(m, ...)`, `getattr(m, "module", ...)`, or a read of `m.module`."""
     finder = _HandledFinder()
     node.visit(finder)
-    return finder.names
+    return finder.names[0]
+
+
+def handled_by_if(ctx: FileContext) -> Dict[int, FrozenSet[str]]:
+    """`handled_names` of every `if` statement of the file (by `id`), found in one pass."""
+
+    def find() -> Dict[int, FrozenSet[str]]:
+        finder = _HandledFinder()
+        ctx.module.visit(finder)
+        return finder.by_if
+
+    return ctx.memo("handled-by-if", find)
 
 
 class _HandledFinder(cst.CSTVisitor):
+    """Collects handled names per `if` statement; a nested function's names stay its own."""
+
     def __init__(self) -> None:
-        self.names: Set[str] = set()
+        self.names: List[Set[str]] = [set()]
+        self.by_if: Dict[int, FrozenSet[str]] = {}
+
+    def visit_If(self, node: cst.If) -> None:
+        self.names.append(set())
+
+    def leave_If(self, original_node: cst.If) -> None:
+        found = self.names.pop()
+        self.by_if[id(original_node)] = frozenset(found)
+        self.names[-1] |= found
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.names.append(set())
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.names.pop()
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name) and node.func.value in ("hasattr", "isinstance", "getattr") and node.args:
             name = dotted(node.args[0].value)
             if name is not None:
-                self.names.add(name)
+                self.names[-1].add(name)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value == "module":
             name = dotted(node.value)
             if name is not None:
-                self.names.add(name)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
+                self.names[-1].add(name)
 
 
 class WrapFlow:
@@ -170,7 +195,7 @@ class WrapFlow:
 
     def _if(self, statement: cst.If, state, path, handled):
         test, holds = self._condition(statement.test)
-        checked = handled_names(statement)  # the test, or a branch reaching `m.module`, tells the cases apart
+        checked = handled_by_if(self.ctx).get(id(statement), frozenset())  # the test, or a branch reaching `m.module`
         inner = handled | frozenset(checked)
         after_body = yield from self._block(block_body(statement.body), dict(state), (*path, (test, holds)), inner)
         orelse = statement.orelse
@@ -348,10 +373,14 @@ def scope_points(ctx: FileContext) -> Iterator[Point]:
         yield from points
 
 
-def scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
-    """The points of the module body and of every function in it, one iterable per scope; a method
+def scopes(ctx: FileContext) -> List[List[Point]]:
+    """The points of the module body and of every function in it, one list per scope; a method
     starts with its class's `self.<attr>` wraps made in other methods, and those of its base classes
-    (this file, or the project)."""
+    (this file, or the project). Computed once per file: DPL302, DPL303 and DPL514 share it."""
+    return ctx.memo("wrap-scopes", lambda: [list(points) for points in _walk_scopes(ctx)])
+
+
+def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
     flow = WrapFlow(ctx)
     yield flow.points(ctx.module.body)
     classes = {s.name.value: s for s in _all_classes(ctx.module.body)}
