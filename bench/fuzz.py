@@ -62,7 +62,11 @@ def problem_with(fuzz, program: str) -> Tuple[Optional[str], float]:
     if unparsed:
         return f"DPL000 on a valid program: {unparsed[0]}", seconds
     if seconds > fuzz.SLOWEST_GENERATED_FILE_SECONDS:
-        return f"slow: {seconds:.2f} s (the limit is {fuzz.SLOWEST_GENERATED_FILE_SECONDS} s)", seconds
+        # On a shared machine one run can stall (another process, a GC pass): slow means slow twice more.
+        again = min(fuzz.lint_timed(program)[1] for _ in range(2))
+        if again > fuzz.SLOWEST_GENERATED_FILE_SECONDS:
+            return f"slow: {seconds:.2f} s, then {again:.2f} s (the limit is {fuzz.SLOWEST_GENERATED_FILE_SECONDS} s)", seconds
+        return None, again
     return None, seconds
 
 
@@ -73,7 +77,7 @@ def run_share(task: Tuple[int, int, int, str]) -> Tuple[int, float, List[str]]:
     from hypothesis import given, seed as with_seed, settings
 
     fuzz = load_generator()
-    linted, slowest, saved = 0, 0.0, []
+    linted, slowest, saved = 0, 0.0, []  # slowest: after re-timing a stalled run
 
     @with_seed(seed)
     @settings(max_examples=count, deadline=None, database=None, suppress_health_check=fuzz.FUZZ["suppress_health_check"])
