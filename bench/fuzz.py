@@ -74,6 +74,7 @@ def run_share(task: Tuple[int, int, int, str]) -> Tuple[int, float, List[str]]:
     """One worker's share: `count` programs from seed `seed`; (programs linted, slowest seconds, crash files)."""
     worker, count, seed, crashes = task
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))  # as the CLI's workers run
+    import hypothesmith
     from hypothesis import given, seed as with_seed, settings
 
     fuzz = load_generator()
@@ -81,7 +82,7 @@ def run_share(task: Tuple[int, int, int, str]) -> Tuple[int, float, List[str]]:
 
     @with_seed(seed)
     @settings(max_examples=count, deadline=None, database=None, suppress_health_check=fuzz.FUZZ["suppress_health_check"])
-    @given(fuzz.programs())
+    @given(fuzz.programs(hypothesmith.from_grammar() | hypothesmith.from_node()))
     def lint_one(program: str) -> None:
         nonlocal linted, slowest
         problem, seconds = problem_with(fuzz, program)
