@@ -22,6 +22,7 @@ from dplint.engine import (
     run_parallel,
     scan,
     source_file,
+    source_files,
 )
 from dplint.analysis.facts import FileFacts, ProjectFacts, collect_file_facts
 from dplint.finding import Finding
@@ -58,7 +59,7 @@ def lint_paths(
     settings = settings or default_settings()
     jobs = jobs or os.cpu_count() or 1
     files, problems = discover([Path(p) for p in paths], settings)
-    sources = [source_file(path) for path in files]
+    sources = source_files(files)
     store = Cache.open(settings.root, settings.digest, cache)
     result = LintResult(files=len(sources))
 
@@ -81,7 +82,11 @@ def lint_paths(
         done += 1
         progress(done, len(sources))  # type: ignore[misc]
 
-    checked = run_parallel(check_task, to_check, jobs, settings, project, advance if progress else None)
+    def size(item: Tuple[SourceFile, Optional[FileFacts]]) -> int:
+        entry = scanned.get(item[0].filename)
+        return entry.stamp.size if entry is not None else 0
+
+    checked = run_parallel(check_task, to_check, jobs, settings, project, advance if progress else None, cost=size)
     for (source, _), file_result in zip(to_check, checked):
         entry = scanned.get(source.filename)
         if entry is not None and not file_result.internal_errors:
@@ -106,8 +111,7 @@ def _scan_project(sources: Sequence[SourceFile], settings: Settings, store: Cach
     """Pass 1 over the named files and, under a project root, every other file of the project."""
     everything = {source.filename: source for source in sources}
     if settings.project_root is not None:
-        for path in discover([settings.project_root], settings)[0]:
-            source = source_file(path)
+        for source in source_files(discover([settings.project_root], settings)[0]):
             everything.setdefault(source.filename, source)
     stamps = {filename: Stamp.of(filename) for filename in everything}
     scanned: Dict[str, Scanned] = {}

@@ -384,15 +384,25 @@ def run_parallel(
     settings: Settings,
     project: Optional[ProjectFacts],
     on_result: Optional[Callable[[], None]] = None,
+    cost: Optional[Callable[[T], int]] = None,
 ) -> List[R]:
+    """`function` over `items` on `jobs` processes, results in the order of `items`.
+
+    With `cost`, the costliest items go first, in small chunks: a tree's few big files (torch's test
+    suites) would otherwise share one chunk and leave the other workers idle at the end.
+    """
     if jobs <= 1 or len(items) < PARALLEL_THRESHOLD:
         _init_worker(settings, project)
         return [_reported(function(item), on_result) for item in items]
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
-    chunksize = max(1, min(64, len(items) // (jobs * 8)))
+    order = sorted(range(len(items)), key=lambda index: -cost(items[index])) if cost else list(range(len(items)))
+    chunksize = 2 if cost else max(1, min(64, len(items) // (jobs * 8)))
+    results: List[Optional[R]] = [None] * len(items)
     with context.Pool(jobs, initializer=_init_worker, initargs=(settings, project)) as pool:
-        return [_reported(result, on_result) for result in pool.imap(function, items, chunksize=chunksize)]
+        for index, result in zip(order, pool.imap(function, [items[i] for i in order], chunksize=chunksize)):
+            results[index] = _reported(result, on_result)
+    return results  # type: ignore[return-value]
 
 
 def _reported(result: R, on_result: Optional[Callable[[], None]]) -> R:
@@ -401,16 +411,29 @@ def _reported(result: R, on_result: Optional[Callable[[], None]]) -> R:
     return result
 
 
-def display_path(path: Path) -> str:
+def display_path(path: Path, cwd: Optional[str] = None) -> str:
+    cwd = cwd or os.getcwd()
+    absolute = os.path.abspath(path)
+    if absolute.startswith(cwd + os.sep):
+        return absolute[len(cwd) + 1 :]
     try:
-        return os.path.relpath(path)
+        return os.path.relpath(absolute, cwd)
     except ValueError:  # another drive on Windows
         return str(path)
 
 
+def source_files(paths: Sequence[Path]) -> List[SourceFile]:
+    """A SourceFile for each path; the folders' package status is looked up once for all of them."""
+    cwd = os.getcwd()
+    packages: Dict[str, bool] = {}
+    return [
+        SourceFile(os.path.abspath(path), display_path(path, cwd), *module_identity(Path(os.path.abspath(path)), packages))
+        for path in paths
+    ]
+
+
 def source_file(path: Path) -> SourceFile:
-    absolute = Path(os.path.abspath(path))
-    return SourceFile(str(absolute), display_path(path), *module_identity(absolute))
+    return source_files([path])[0]
 
 
 def relocated(finding: Finding, shown: str) -> Finding:

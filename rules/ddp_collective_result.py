@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.rules.ddp_common import ASYNC_OP_POSITION, argument, collective_name, is_literal
+from dplint.analysis.facts import ProjectFacts
+from dplint.rules.ddp_common import ASYNC_OP_POSITION, argument, collective_call_pattern, collective_name, is_literal
 
 
 class CollectiveResultAssigned(Rule):
@@ -43,8 +44,8 @@ class CollectiveResultAssigned(Rule):
     code = "DPL512"
     name = "collective-result-assigned"
     summary = "The result of an in-place collective (`None`) assigned or used: `x = dist.all_reduce(x)`."
-    triggers = re.compile(r"\b(?:barrier|all_reduce|reduce|broadcast|all_gather|gather|scatter|all_to_all)\w*[ \t]*\(")
-    # Collectives are qualified names of torch.distributed: the file imports it (or names it in full).
+    # Collectives are qualified names of torch.distributed: the file imports it (or names it in full),
+    # and then `applies_to` looks for a call of one whose result is used.
     requires = re.compile(r"torch\.distributed|from\s+torch\s+import[^\n]*\bdistributed\b")
 
     VALID = [
@@ -77,6 +78,13 @@ class CollectiveResultAssigned(Rule):
                 req.wait()
             """
         ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            picked = torch.gather(scores, 1, index)  # a tensor op, not the collective
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -105,7 +113,22 @@ class CollectiveResultAssigned(Rule):
             """,
             line=4,
         ),
+        Invalid(
+            """
+            from torch.distributed import all_reduce as sum_over_ranks
+
+            correct = sum_over_ranks(
+                correct
+            ).item()
+            """,
+            line=3,
+        ),
     ]
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        if not super().applies_to(text, module_classes, project):
+            return False
+        return any(_result_used(text, call) for call in collective_call_pattern(text).finditer(text))
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         visitor = _UsedResults(ctx)
@@ -116,6 +139,23 @@ class CollectiveResultAssigned(Rule):
                 message=f"`dist.{name}` works in place and returns `None` here; this code uses that `None` as its result.",
                 help=f"Call `dist.{name}(...)` as a statement and use the tensor you passed to it.",
             )
+
+
+# Before the call on its line: an assignment, a `return`, or an operator it is an operand of.
+_USED_BEFORE = re.compile(r"(?<![=!<>])=(?!=)|\breturn\b|[-+*/%@&|^]")
+_USED_AFTER = re.compile(r"[ \t]*[.\-+*/%@&|^]")
+
+
+def _result_used(text: str, call: "re.Match[str]") -> bool:
+    """Whether the text around a collective's call can use its result (a generous prefilter)."""
+    if _USED_BEFORE.search(text, text.rfind("\n", 0, call.start()) + 1, call.start()):
+        return True
+    depth = 1
+    for index in range(call.end(), len(text)):
+        depth += {"(": 1, ")": -1}.get(text[index], 0)
+        if depth == 0:
+            return _USED_AFTER.match(text, index + 1) is not None
+    return False
 
 
 class _UsedResults(cst.CSTVisitor):

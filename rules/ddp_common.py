@@ -10,7 +10,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tup
 import libcst as cst
 
 from dplint.analysis.facts import DistributedProgram, FileFacts, scan_distributed, scan_imports
-from dplint.analysis.names import Body, block_body, child_blocks, dotted, signed_integer_value
+from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_calls, signed_integer_value
 from dplint.context import FileContext
 
 DISTRIBUTED = "torch.distributed"
@@ -38,6 +38,43 @@ ASYNC_OP_POSITION = {
     "barrier": 1, "all_reduce": 3, "reduce": 4, "broadcast": 3, "all_gather": 3, "all_gather_into_tensor": 3, "gather": 4,
     "scatter": 4, "reduce_scatter": 4, "reduce_scatter_tensor": 4, "all_to_all": 3, "all_to_all_single": 5,
 }  # fmt: skip
+# The wrappers whose forward or state_dict is a collective: their wrap names them in the file.
+NAMES_A_DISTRIBUTED_MODEL = re.compile(r"DistributedDataParallel|FullyShardedDataParallel|fully_shard")
+_IMPORT_STATEMENT = re.compile(
+    r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]*))", re.M
+)
+_COLLECTIVE_ALTERNATIVES = "|".join(sorted(COLLECTIVE_NAMES, key=len, reverse=True))
+
+
+def collective_call_pattern(text: str) -> "re.Pattern[str]":
+    """A pattern for the calls in `text` that can be torch.distributed collectives, read from its imports.
+
+    Cheap and generous (a prefilter): `dist.all_reduce(` for any alias bound to a module of
+    torch.distributed, `torch.distributed.barrier(`, and a bare `all_reduce(` only where the file
+    imports a collective by name. `torch.gather(` or `x.scatter(` are not collectives.
+    """
+    prefixes = {r"\w*distributed", r"distributed_c10d"}
+    bare: Set[str] = set()
+    for match in _IMPORT_STATEMENT.finditer(text):
+        source, imported, modules = match.groups()
+        from_distributed = modules is None and ("distributed" in source or "c10d" in source or not source.strip("."))
+        for item in (imported or modules).strip("()").split(","):
+            original, _, alias = (part.strip() for part in item.strip().partition(" as "))
+            bound = alias or original
+            if original == "*" and from_distributed:
+                bare.add(_COLLECTIVE_ALTERNATIVES)
+            elif not bound.isidentifier():
+                continue
+            elif from_distributed and original in COLLECTIVE_NAMES:
+                bare.add(re.escape(bound))
+            elif from_distributed or "distributed" in original or "c10d" in original:
+                if modules is None or alias:
+                    prefixes.add(re.escape(bound))
+    qualified = rf"(?:{'|'.join(sorted(prefixes))})\.(?:{_COLLECTIVE_ALTERNATIVES})"
+    alternatives = [qualified] + ([f"(?:{'|'.join(sorted(bare))})"] if bare else [])
+    return re.compile(rf"(?<![\w.])(?:\w+\.)*(?:{'|'.join(alternatives)})[ \t]*\(")
+
+
 # A file that never names torch.distributed, DDP or FSDP has no collective and no DDP model of its own.
 USES_DISTRIBUTED = re.compile(r"distributed|FSDP|fully_shard", re.IGNORECASE)
 # An identifier naming the rank or a rank-zero predicate: `rank`, `local_rank`, `dist.get_rank`,
@@ -236,23 +273,9 @@ def exits(body: Body) -> bool:
 # ----- calls ----------------------------------------------------------------------------------------
 
 
-class _Calls(cst.CSTVisitor):
-    """Calls in a node, not descending into lambdas or nested definitions."""
-
-    def __init__(self) -> None:
-        self.calls: List[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-
 def calls_in(node: cst.CSTNode) -> List[cst.Call]:
-    collector = _Calls()
-    node.visit(collector)
-    return collector.calls
+    """Calls in a node, not descending into lambdas."""
+    return list(iter_calls(node, into_lambdas=False))
 
 
 def scope_calls(scope: ScopeInfo) -> List[cst.Call]:

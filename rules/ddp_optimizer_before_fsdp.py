@@ -47,7 +47,8 @@ class OptimizerBeforeFsdpWrap(Rule):
     name = "optimizer-before-fsdp-wrap"
     summary = "An optimizer built before the FSDP wrap: it holds parameters the sharded model no longer uses."
     triggers = re.compile(r"FullyShardedDataParallel|FSDP|fully_shard")
-    requires = re.compile(r"optim")
+    # The optimizer is built from `model.parameters()` in the same function.
+    requires = re.compile(r"\.(?:named_)?parameters\(")
 
     VALID = [
         Valid(
@@ -115,21 +116,21 @@ class OptimizerBeforeFsdpWrap(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         for scope in iter_scopes(ctx.module):
-            optimizers: Dict[str, int] = {}  # module name → line of the optimizer built from it
+            optimizers: Dict[str, cst.Call] = {}  # module name → the optimizer built from it
             for site in iter_sites(scope):
                 for call in calls_in(site.statement):
                     qualified = ctx.qualify(call.func) or ""
                     if qualified.startswith("torch.optim.") and qualified.rpartition(".")[2][:1].isupper():
                         owner = _parameters_owner(argument(call, "params", 0))
                         if owner is not None:
-                            optimizers.setdefault(owner, ctx.line(call))
+                            optimizers.setdefault(owner, call)
                     elif qualified in FSDP or qualified in FULLY_SHARD:
                         wrapped = _strip(argument(call, "module", 0))
                         name = dotted(wrapped) if wrapped is not None else None
                         if name in optimizers:
                             yield Report(
                                 node=call,
-                                message=f"The optimizer on line {optimizers[name]} holds `{name}`'s parameters from before this FSDP wrap: it updates nothing.",
+                                message=f"The optimizer on line {ctx.line(optimizers[name])} holds `{name}`'s parameters from before this FSDP wrap: it updates nothing.",
                                 help="Build the optimizer after the wrap, from the wrapped model's `parameters()`.",
                             )
 

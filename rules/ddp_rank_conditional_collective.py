@@ -3,20 +3,23 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
 from dplint.analysis.names import Body, block_body, child_blocks, dotted
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.analysis.facts import ProjectFacts
 from dplint.rules.ddp_common import (
+    NAMES_A_DISTRIBUTED_MODEL,
     USES_DISTRIBUTED,
     DDP,
     FSDP,
     FSDP_COLLECTIVE_METHODS,
     ScopeInfo,
     calls_in,
+    collective_call_pattern,
     collective_name,
     exits,
     is_rank_test,
@@ -248,6 +251,12 @@ class RankConditionalCollective(Rule):
             line=6,
         ),
     ]
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        if not super().applies_to(text, module_classes, project):
+            return False
+        # Every collective this rule knows is a torch.distributed call or a DDP/FSDP model built here.
+        return NAMES_A_DISTRIBUTED_MODEL.search(text) is not None or collective_call_pattern(text).search(text) is not None
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         callees = _Callees(ctx)

@@ -14,6 +14,8 @@ from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 MOVES = frozenset({"to", "cuda", "cpu"})
 # What may stand before the move at the start of a statement line: names, attributes, calls, subscripts.
 _STATEMENT_PREFIX = re.compile(r"[ \t]*[A-Za-z_][\w.]*(?:(?:\([^()\n]*\)|\[[^\]\n]*\])[\w.]*)*")
+# A line opening a one-line suite: its `:` is followed by a statement (a dict's or lambda's is not).
+_COMPOUND_HEADER = re.compile(r"[ \t]*(?:if|elif|else|for|while|with|try|except|finally|def|class|async|case)\b")
 
 
 class DiscardedTensorMove(Rule):
@@ -369,11 +371,12 @@ class DiscardedTensorMove(Rule):
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
         """Whether some statement starts with a bare move: `x.to(`, `self.buf.cuda(`, `loss.detach().cpu(`,
-        also after `:` or `;` on its line (`if use_cuda: h.cuda()`)."""
+        also after a `;` or after the `:` of a one-line suite (`if use_cuda: h.cuda()`)."""
         for match in self.triggers.finditer(text):
             line_start = text.rfind("\n", 0, match.start()) + 1
-            suite_start = max(text.rfind(":", line_start, match.start()), text.rfind(";", line_start, match.start())) + 1
-            if any(_STATEMENT_PREFIX.fullmatch(text, start, match.start()) for start in {line_start, suite_start or line_start}):
+            separators = (";", ":") if _COMPOUND_HEADER.match(text, line_start) else (";",)
+            starts = {line_start} | {text.rfind(mark, line_start, match.start()) + 1 for mark in separators} - {0}
+            if any(_STATEMENT_PREFIX.fullmatch(text, start, match.start()) for start in starts):
                 return True
         return False
 

@@ -9,6 +9,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from dplint import lint_paths, lint_source
@@ -187,3 +188,40 @@ def test_relative_imports_resolve_against_the_package():
     assert absolute_module("pkg.sub", 1, "models") == "pkg.sub.models"
     assert absolute_module("pkg.sub", 2, "") == "pkg"
     assert absolute_module("a.b", 4, "m") == "m"  # more dots than packages: nothing left to climb
+
+
+class _CallsInVisitOrder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def visit_Call(self, node) -> None:
+        self.calls.append(node)
+
+
+CALL_ORDER_CASES = '''
+@register(name())
+class Model(Base(), metaclass=meta()):
+    def forward(self, a, /, b=default(), *rest, c=option(), **extra) -> result():
+        x = first() if test() else third()
+        y = [item(v) for v in source() if keep(v)]
+        z = lambda: inside()
+        match pick():
+            case {"k": 1}:
+                return {key(): value() for _ in ranges()}
+        return outer(inner(deep()), other=kw())[index()].method()
+'''
+
+
+@pytest.mark.parametrize("source", [CALL_ORDER_CASES] + sorted(str(p) for p in (ROOT / "fixtures").rglob("*.py")))
+def test_iter_calls_finds_the_calls_a_libcst_visitor_finds_in_the_same_order(source: str) -> None:
+    """`iter_calls` reads node fields instead of visiting (for speed); it must see what the visitor sees."""
+    from dplint.analysis.names import iter_calls
+
+    text = Path(source).read_text() if source.endswith(".py") else source
+    module = cst.parse_module(text)
+    visitor = _CallsInVisitOrder()
+    module.visit(visitor)
+    found = list(iter_calls(module))
+    assert [module.code_for_node(c) for c in found] == [module.code_for_node(c) for c in visitor.calls]
+    assert all(a is b for a, b in zip(found, visitor.calls))
+    assert source != CALL_ORDER_CASES or len(found) == 24

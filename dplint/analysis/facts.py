@@ -15,7 +15,7 @@ import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from functools import cached_property, lru_cache
+from functools import cached_property
 from pathlib import Path
 from typing import (
     Callable,
@@ -127,23 +127,30 @@ class FileFacts:
         return tuple(info.name for info in self.classes)
 
 
-@lru_cache(maxsize=None)
-def _is_package(directory: Path) -> bool:
-    return (directory / "__init__.py").is_file()
+def module_identity(path: Path, packages: Optional[Dict[str, bool]] = None) -> Tuple[str, str]:
+    """The dotted module name of a file, and the package its relative imports start from.
 
+    `packages` remembers which folders are packages, for a run that names thousands of files.
+    """
+    packages = {} if packages is None else packages
 
-def module_identity(path: Path) -> Tuple[str, str]:
-    """The dotted module name of a file, and the package its relative imports start from."""
-    is_package = path.stem == "__init__"
-    parts = [] if is_package else [path.stem]
-    directory = path.parent
-    while _is_package(directory):
-        parts.insert(0, directory.name)
-        if directory.parent == directory:
+    def is_package(directory: str) -> bool:
+        if directory not in packages:
+            packages[directory] = os.path.isfile(os.path.join(directory, "__init__.py"))
+        return packages[directory]
+
+    directory, base = os.path.split(str(path))
+    stem = os.path.splitext(base)[0]
+    is_package_file = stem == "__init__"
+    parts = [] if is_package_file else [stem]
+    while is_package(directory):
+        parent, name = os.path.split(directory)
+        parts.insert(0, name)
+        if parent == directory:
             break
-        directory = directory.parent
-    name = ".".join(parts) or path.stem
-    return name, name if is_package else name.rpartition(".")[0]
+        directory = parent
+    name = ".".join(parts) or stem
+    return name, name if is_package_file else name.rpartition(".")[0]
 
 
 def absolute_module(package: str, level: int, module: str) -> str:
@@ -769,13 +776,16 @@ _EPOCH_LOOP = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:for|while)\b[^\n#]*epoch", 
 # `torch.cuda.set_device(local_rank)`, `init_process_group(device_id=...)`, `f"cuda:{local_rank}"`,
 # `torch.device("cuda", rank)`, `.cuda(local_rank)`, `.to(rank)`: the rank's own GPU is chosen somewhere.
 _SELECTS_DEVICE = re.compile(
-    r"set_device[ \t]*\(|\bdevice_id[ \t]*=|cuda:\{|cuda:%|[\"']cuda:[\"'][ \t]*\+|"
+    r"set_device[ \t]*\(|device_id[ \t]*=|cuda:\{|cuda:%|[\"']cuda:[\"'][ \t]*\+|"
     r"device\([ \t]*[\"']cuda[\"'][ \t]*,|\.(?:cuda|to)\([ \t]*[\w.]*rank\b|device_ids[ \t]*=[ \t]*\[[ \t]*[\w.]*rank\b"
 )
 _READS_LOCAL_RANK_ENV = re.compile(r"[\"']LOCAL_RANK[\"']")
 _SHARDS_EVALUATION = re.compile(r"DistributedSampler\((?:[^()]|\([^()]*\))*\bshuffle[ \t]*=[ \t]*False")
-_USES_CUDA = re.compile(r"\.cuda\(|[\"']cuda\b|\bnccl\b")
+_USES_CUDA = re.compile(r"\.cuda\(|[\"']cuda\b|nccl\b")
 _DISTRIBUTED_WORDS = ("istributed", "DDP", "FSDP", "fully_shard", "epoch", "LOCAL_RANK", "cuda", "set_device")
+_WRAPPER_WORDS = ("DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP", "fully_shard")
+# (Each regex search is guarded by a substring test: a pattern that starts with `\b` or a lookbehind
+# cannot skip ahead to a literal, and pass 1 runs them on every file of the project.)
 # Frameworks that build the sampler, call `set_epoch` and own the device placement themselves.
 TRAINER_FRAMEWORKS = frozenset({"pytorch_lightning", "lightning", "lightning_fabric", "accelerate"})
 
@@ -799,7 +809,7 @@ def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
         return None
     facts = DistributedFileFacts(
         starts_process_group="init_process_group" in text and _STARTS_PROCESS_GROUP.search(text) is not None,
-        wraps_model=_WRAPS_DISTRIBUTED.search(text) is not None,
+        wraps_model=any(word in text for word in _WRAPPER_WORDS) and _WRAPS_DISTRIBUTED.search(text) is not None,
         sets_epoch="set_epoch" in text and _SETS_EPOCH.search(text) is not None,
         epoch_loop="poch" in text and _EPOCH_LOOP.search(text) is not None,
         selects_device=_SELECTS_DEVICE.search(text) is not None,
