@@ -135,7 +135,7 @@ def engine_time(text: str, runs: int) -> float:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        facts = collect_file_facts(text, source.module_name, source.package, source.path)
+        facts = collect_file_facts(text, source.module_name, source.package, source.path, source.filename)
         check_file(source, text, settings, ProjectFacts.build([facts]), facts)
         times.append(time.perf_counter() - start)
     return statistics.median(times)

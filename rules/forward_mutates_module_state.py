@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from dplint.context import FileContext
 from dplint.analysis.inference import Inference, WrappedForwardRule
-from dplint.analysis.names import block_body, child_blocks, dotted
+from dplint.analysis.names import block_body, child_blocks, dotted, iter_calls
 from dplint.finding import FileReference
 from dplint.rule import Invalid, Report, Valid
 
@@ -192,7 +192,7 @@ class ForwardMutatesModuleState(WrappedForwardRule):
         inference: Inference = Inference.of(ctx)
         for class_name, forward, scope, wraps in inference.wrapped_forwards():
             related = {name for name, model in inference.classes.items() if _related(inference, name, class_name)}
-            read_elsewhere = _attributes_read_outside(ctx.module, class_name, forward, related)
+            read_elsewhere = _attributes_read_outside(ctx, class_name, forward, related)
             for statement in _reachable_small_statements(block_body(forward.body)):
                 targets = []
                 if isinstance(statement, cst.Assign):
@@ -261,17 +261,19 @@ def _reachable_small_statements(body) -> Iterator[cst.BaseSmallStatement]:
 
 
 class _AttributeReads(cst.CSTVisitor):
-    """Attributes read (not assigned) on the model outside its `forward`: `self.x` in the class's
-    other methods, and `model.x` / `model.module.x` where `model` holds an instance of the class."""
+    """Every attribute read (not assigned) in the file, with the class and the functions it is in, and
+    the names bound to a call of each class (`model = Net()`, `model = nn.DataParallel(Net())`).
 
-    def __init__(self, class_name: str, forward: cst.FunctionDef) -> None:
-        self.class_name = class_name
-        self.forward = forward
+    One pass per file, shared by every wrapped class the rule looks at."""
+
+    def __init__(self) -> None:
         self.targets: Set[int] = set()
-        self.instances: Set[str] = set()  # names bound to `ClassName(...)`, possibly wrapped
+        self.instances: Dict[str, Set[str]] = {}  # class name → names bound to a call of it
         self.classes: List[str] = []
         self.self_names: List[Optional[str]] = []
-        self.reads: List[Tuple[str, str, Optional[str], Optional[str]]] = []  # (attr, base, class, self)
+        self.functions: List[int] = []
+        # (attribute, base, class, self name, ids of the enclosing functions)
+        self.reads: List[Tuple[str, str, Optional[str], Optional[str], Tuple[int, ...]]] = []
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.classes.append(node.name.value)
@@ -279,21 +281,22 @@ class _AttributeReads(cst.CSTVisitor):
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
         self.classes.pop()
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        if node is self.forward:
-            return False
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         params = node.params.params
         self.self_names.append(params[0].name.value if params else None)
-        return True
+        self.functions.append(id(node))
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        if original_node is not self.forward:
-            self.self_names.pop()
+        self.self_names.pop()
+        self.functions.pop()
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self.targets.update(id(target.target) for target in node.targets)
-        if f"{self.class_name}(" in cst.Module([]).code_for_node(node.value):
-            self.instances.update(t.target.value for t in node.targets if isinstance(t.target, cst.Name))
+        names = [t.target.value for t in node.targets if isinstance(t.target, cst.Name)]
+        for call in iter_calls(node.value) if names else ():
+            callee = dotted(call.func)
+            if callee is not None:
+                self.instances.setdefault(callee.rpartition(".")[2], set()).update(names)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self.targets.add(id(node.target))
@@ -303,22 +306,30 @@ class _AttributeReads(cst.CSTVisitor):
         if id(node) not in self.targets and base is not None:
             owner = self.classes[-1] if self.classes else None
             self_name = self.self_names[-1] if self.self_names else None
-            self.reads.append((node.attr.value, base, owner, self_name))
-
-    def names(self, subclasses: Set[str]) -> Set[str]:
-        found = set()
-        for attribute, base, owner, self_name in self.reads:
-            on_self = owner in subclasses and base == self_name
-            through_model = base.split(".")[0] in self.instances and base.split(".")[-1] in (base.split(".")[0], "module")
-            if on_self or through_model:
-                found.add(attribute)
-        return found
+            self.reads.append((node.attr.value, base, owner, self_name, tuple(self.functions)))
 
 
-def _attributes_read_outside(module: cst.Module, class_name: str, forward: cst.FunctionDef, related: Set[str]) -> Set[str]:
-    reads = _AttributeReads(class_name, forward)
-    module.visit(reads)
-    return reads.names(related)
+def _attributes_read_outside(ctx: FileContext, class_name: str, forward: cst.FunctionDef, related: Set[str]) -> Set[str]:
+    """Attributes read on the model outside its `forward`: `self.x` in the class's (or a related
+    class's) other methods, and `model.x` / `model.module.x` where `model` holds an instance of it."""
+
+    def collect() -> _AttributeReads:
+        reads = _AttributeReads()
+        ctx.module.visit(reads)
+        return reads
+
+    reads = ctx.memo("forward-state:attribute-reads", collect)
+    instances = reads.instances.get(class_name, set())
+    found = set()
+    for attribute, base, owner, self_name, functions in reads.reads:
+        if id(forward) in functions:
+            continue
+        on_self = owner in related and base == self_name
+        root, _, _ = base.partition(".")
+        through_model = root in instances and base.rpartition(".")[2] in (root, "module")
+        if on_self or through_model:
+            found.add(attribute)
+    return found
 
 
 def _reads_self_attribute(value: Optional[cst.BaseExpression], self_name: str, name: str) -> bool:
