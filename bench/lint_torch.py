@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, help="the tree to lint (default: the installed torch package)")
     parser.add_argument("--file", default="nn/parallel/data_parallel.py", help="the one staged file, relative to the tree")
     args = parser.parse_args()
-    tree = args.tree or torch_sources()
+    tree = (args.tree or torch_sources()).resolve()
     files = sum(1 for p in tree.rglob("*") if p.suffix in (".py", ".pyi"))
     lines = sum(p.read_bytes().count(b"\n") for p in tree.rglob("*") if p.suffix in (".py", ".pyi"))
     with tempfile.TemporaryDirectory() as cache_root:

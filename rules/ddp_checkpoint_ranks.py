@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from dplint.analysis.names import dotted
+from dplint.analysis.names import Body, child_blocks, dotted
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import (
@@ -31,16 +31,76 @@ _EPOCH = re.compile(r"epoch", re.I)
 _SHARDED = re.compile(r"FullyShardedDataParallel|fully_shard|torch\.distributed\.checkpoint|distributed_checkpoint|\bdcp\b")
 
 
+# What each process gets for itself: a temporary file or folder of its own, an in-memory buffer.
+PROCESS_LOCAL = frozenset(
+    {
+        "tempfile.NamedTemporaryFile", "tempfile.TemporaryFile", "tempfile.SpooledTemporaryFile", "tempfile.mkstemp",
+        "tempfile.mkdtemp", "tempfile.mktemp", "tempfile.TemporaryDirectory", "io.BytesIO",
+    }
+)  # fmt: skip
+
+
 def _unguarded(ctx: FileContext, scope: ScopeInfo, functions: frozenset, path_index: int, path_keyword: str) -> Iterator[cst.Call]:
-    """Calls to `functions` the scope makes on every rank, with a path that does not depend on the rank."""
+    """Calls to `functions` the scope makes on every rank, with a path that does not depend on the rank
+    and is not the process's own (a temporary file, a buffer)."""
+    local: Optional[Set[str]] = None
     for site in iter_sites(scope):
         if site.guard is not None:
             continue
         for call in calls_in(site.statement):
             if ctx.qualify(call.func) in functions:
                 path = argument(call, path_keyword, path_index)
-                if path is None or not mentions_rank(path):
-                    yield call
+                if path is not None and mentions_rank(path):
+                    continue
+                if path is not None:
+                    local = _process_local_names(ctx, scope.body) if local is None else local
+                    if _is_process_local(ctx, path, local):
+                        continue
+                yield call
+
+
+def _is_process_local(ctx: FileContext, path: cst.BaseExpression, local: Set[str]) -> bool:
+    if any(ctx.qualify(call.func) in PROCESS_LOCAL for call in calls_in(path)):
+        return True
+    return bool(local) and any(isinstance(node, cst.Name) and node.value in local for node in _nodes(path))
+
+
+def _process_local_names(ctx: FileContext, body: Body) -> Set[str]:
+    """Names the block binds to a temporary file, folder or buffer: `with tempfile.NamedTemporaryFile()
+    as tmp`, `fd, path = tempfile.mkstemp()`, `buffer = io.BytesIO()`."""
+    found: Set[str] = set()
+    for statement in body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(statement, cst.With):
+            for item in statement.items:
+                if item.asname is not None and _makes_process_local(ctx, item.item):
+                    found.update(_bound_names(item.asname.name))
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign) and _makes_process_local(ctx, small.value):
+                    for target in small.targets:
+                        found.update(_bound_names(target.target))
+        elif isinstance(statement, cst.BaseCompoundStatement):
+            for block in child_blocks(statement):
+                found |= _process_local_names(ctx, block)
+    return found
+
+
+def _makes_process_local(ctx: FileContext, value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Call) and ctx.qualify(value.func) in PROCESS_LOCAL
+
+
+def _bound_names(target: cst.BaseExpression) -> List[str]:
+    return [node.value for node in _nodes(target) if isinstance(node, cst.Name)]
+
+
+def _nodes(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    pending: List[cst.CSTNode] = [expr]
+    while pending:
+        node = pending.pop()
+        yield node
+        pending.extend(node.children)
 
 
 def _runs_on_every_rank(ctx: FileContext, scope: ScopeInfo) -> bool:
@@ -127,6 +187,22 @@ class CheckpointOnEveryRank(Rule):
                 if args.local_rank not in (-1, 0):
                     return
                 torch.save(model.state_dict(), "ckpt.pt")
+            """
+        ),
+        Valid(
+            """
+            import io
+            import tempfile
+            import torch
+            import torch.distributed as dist
+
+            def check_round_trip(model):
+                dist.init_process_group("gloo")
+                model(x).sum().backward()
+                with tempfile.NamedTemporaryFile() as tmp:  # each process has its own file
+                    torch.save(model, tmp.name)
+                buffer = io.BytesIO()
+                torch.save(model.state_dict(), buffer)
             """
         ),
     ]
@@ -289,6 +365,17 @@ class LoadWithoutMapLocation(Rule):
             dist.init_process_group("nccl")
             rank = dist.get_rank()
             shard = torch.load(f"shard_{rank}.pt")  # saved from this rank's own GPU
+            """
+        ),
+        Valid(
+            """
+            import tempfile
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            with tempfile.NamedTemporaryFile() as tmp:
+                torch.save(model.cuda(), tmp.name)
+                copy = torch.load(tmp.name)  # this process's own file, saved from its own GPU
             """
         ),
     ]
