@@ -225,3 +225,18 @@ def test_iter_calls_finds_the_calls_a_libcst_visitor_finds_in_the_same_order(sou
     assert [module.code_for_node(c) for c in found] == [module.code_for_node(c) for c in visitor.calls]
     assert all(a is b for a, b in zip(found, visitor.calls))
     assert source != CALL_ORDER_CASES or len(found) == 24
+
+
+@pytest.mark.parametrize("fixture", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "fixtures").glob("*.py")))
+def test_positions_equal_libcsts_metadata_wrapper(fixture: str) -> None:
+    """Findings are located by `positions_of`, a shortcut through libcst's PositionProvider."""
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from dplint.context import positions_of
+
+    module = cst.parse_module((ROOT / fixture).read_text())
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    found = positions_of(module)
+    assert type(found).__name__ == "_Positions", "the fast path fell back to MetadataWrapper"
+    assert len(found) == len(expected) > 0
+    assert all(found[node] == position for node, position in expected.items())
