@@ -27,7 +27,7 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.analysis.facts import ProjectFacts, Wrap
-from dplint.analysis.names import Body, block_body, child_blocks, dotted
+from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, dotted
 from dplint.rule import Rule
 
 
@@ -457,11 +457,9 @@ class Inference:
         if scope.name_reaching is None:
             scope.name_reaching = {}
             for node, env in self._flowed(scope).values():
-                collector = _NameReads()
                 for part in _evaluated_parts(node):
-                    part.visit(collector)
-                for read in collector.reads:
-                    scope.name_reaching[id(read)] = env
+                    for read in _name_reads(part):
+                        scope.name_reaching[id(read)] = env
         env = scope.name_reaching.get(id(name))
         return None if env is None else env.get(name.value, frozenset())
 
@@ -920,33 +918,30 @@ def _evaluated_parts(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         yield from (decorator.decorator for decorator in node.decorators)
 
 
-class _NameReads(cst.CSTVisitor):
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def _name_reads(node: cst.CSTNode) -> List[cst.Name]:
     """The names an expression reads, leaving out lambdas' and comprehensions' own variables."""
-
-    def __init__(self) -> None:
-        self.reads: List[cst.Name] = []
-        self.hidden: List[Set[str]] = []
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def _enter(self, node: cst.BaseComp) -> None:
-        names: Set[str] = set()
-        clause: Optional[cst.CompFor] = node.for_in
-        while clause is not None:
-            names.update(_target_names(clause.target))
-            clause = clause.inner_for_in
-        self.hidden.append(names)
-
-    def _leave(self, original_node: cst.BaseComp) -> None:
-        self.hidden.pop()
-
-    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _enter
-    leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _leave
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if not any(node.value in names for names in self.hidden):
-            self.reads.append(node)
+    reads: List[cst.Name] = []
+    pending: List[Tuple[cst.CSTNode, FrozenSet[str]]] = [(node, frozenset())]
+    while pending:
+        current, hidden = pending.pop()
+        if isinstance(current, cst.Name):
+            if current.value not in hidden:
+                reads.append(current)
+            continue
+        if isinstance(current, cst.Lambda):
+            continue
+        if isinstance(current, _COMPREHENSIONS):
+            names: Set[str] = set()
+            clause: Optional[cst.CompFor] = current.for_in
+            while clause is not None:
+                names.update(_target_names(clause.target))
+                clause = clause.inner_for_in
+            hidden = hidden | names
+        pending.extend((child, hidden) for child in child_nodes(current))
+    return reads
 
 
 def _target_names(target: cst.BaseExpression) -> Iterator[str]:

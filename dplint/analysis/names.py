@@ -99,14 +99,19 @@ def iter_calls(node: cst.CSTNode, *, into_lambdas: bool = True) -> Iterator[cst.
             yield current
         elif isinstance(current, cst.Lambda) and not into_lambdas:
             continue
-        children: List[cst.CSTNode] = []
-        for name in _child_fields(type(current)):
-            value = getattr(current, name)
-            if isinstance(value, cst.CSTNode):
-                children.append(value)
-            elif isinstance(value, (tuple, list)):
-                children.extend(item for item in value if isinstance(item, cst.CSTNode))
-        pending.extend(reversed(children))
+        pending.extend(reversed(child_nodes(current)))
+
+
+def child_nodes(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """The node's children that can hold expressions, in source order (no whitespace or punctuation)."""
+    children: List[cst.CSTNode] = []
+    for name in _child_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            children.append(value)
+        elif isinstance(value, (tuple, list)):
+            children.extend(item for item in value if isinstance(item, cst.CSTNode))
+    return children
 
 
 def child_blocks(statement: cst.BaseCompoundStatement) -> Iterator[Body]:
