@@ -1,3 +1,3 @@
-from dplint.cli import main
+from dplint.cli import entry_point
 
-raise SystemExit(main())
+entry_point()

@@ -26,7 +26,7 @@ from dplint.engine import (
 )
 from dplint.analysis.facts import FileFacts, ProjectFacts, collect_file_facts
 from dplint.finding import Finding
-from dplint.rules import CHECKS
+from dplint.codes import STATIC_CODES
 
 
 @dataclass
@@ -38,7 +38,7 @@ class LintResult:
 
 
 def default_settings(select: Optional[Iterable[str]] = None) -> Settings:
-    codes = frozenset(select) if select is not None else frozenset(r.code for r in CHECKS if r.enabled_by_default)
+    codes = frozenset(select) if select is not None else frozenset(code for code, on in STATIC_CODES.items() if on)
     return Settings(enabled=codes, root=Path.cwd())
 
 

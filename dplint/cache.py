@@ -7,6 +7,8 @@ only if its content hash and the project-level facts they depend on are unchange
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
 import pickle
 import tempfile
@@ -22,6 +24,23 @@ CACHE_DIR = ".dplint_cache"
 # Pickled facts from another layout would load with missing fields silently defaulted: the layout is
 # part of the format.
 FORMAT = (2, tuple(f.name for f in fields(FileFacts)), tuple(f.name for f in fields(Wrap)))
+
+
+def code_stamp() -> str:
+    """A digest of the size and mtime of dplint's own source files: an install from a clone keeps its
+    version number through a `git pull`, and must not reuse findings of the rules it had before."""
+    folders = [os.path.dirname(__file__)]
+    rules = importlib.util.find_spec("dplint.rules")  # found, not imported: that would load libcst
+    folders += list(rules.submodule_search_locations or ()) if rules is not None else []
+    stamps = []
+    for folder in folders:
+        for directory, dirnames, filenames in os.walk(folder):
+            dirnames[:] = [name for name in dirnames if name != "__pycache__"]
+            for name in filenames:
+                if name.endswith(".py"):
+                    stat = os.stat(os.path.join(directory, name))
+                    stamps.append((os.path.join(directory, name), stat.st_size, stat.st_mtime_ns))
+    return hashlib.blake2b(repr(sorted(stamps)).encode(), digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -68,7 +87,7 @@ class Cache:
         try:
             with path.open("rb") as handle:
                 stored_format, cache.scanned, cache.checked = pickle.load(handle)
-            if stored_format != FORMAT:
+            if stored_format != (FORMAT, code_stamp()):
                 cache.scanned, cache.checked = {}, {}
         except Exception:  # missing, truncated or from another format: start afresh
             cache.scanned, cache.checked = {}, {}
@@ -103,7 +122,7 @@ class Cache:
                     (top / name).write_text(content)
             handle, temporary = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
             with os.fdopen(handle, "wb") as stream:
-                pickle.dump((FORMAT, self.scanned, self.checked), stream, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump(((FORMAT, code_stamp()), self.scanned, self.checked), stream, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(temporary, self.path)
         except OSError:
             pass  # a read-only checkout still lints, just without a cache

@@ -99,6 +99,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
 
 
+def entry_point() -> None:
+    """The `dplint` command. It ends without tearing down the run's objects, as mypy does: freeing a big
+    project's cached facts one by one is a tenth of a run answered from the cache."""
+    status = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken pipe: nothing more can be written
+            pass
+    os._exit(status)
+
+
 def serve(options: Sequence[str]) -> int:
     """`dplint server [--stdio]`: the language server, on stdio (a folder named `server` is linted as `./server`)."""
     if any(option != "--stdio" for option in options):

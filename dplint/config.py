@@ -29,14 +29,13 @@ else:  # pragma: no cover - exercised on Python < 3.11 only
 
 from dplint import __version__
 from dplint.analysis.modules import find_project_root
-from dplint.rules import CHECKS, RUNTIME_ONLY
+from dplint.codes import RUNTIME_ONLY_CODES, STATIC_CODES
 
 DEFAULT_EXCLUDE = (
     ".bzr", ".direnv", ".eggs", ".git", ".hg", ".mypy_cache", ".nox", ".pants.d", ".pytest_cache",
     ".ruff_cache", ".dplint_cache", ".svn", ".tox", ".venv", "venv", "__pypackages__", "__pycache__",
     "_build", "buck-out", "build", "dist", "node_modules", "site-packages", "*.egg-info",
 )
-RUNTIME_CODES = frozenset(rule.code for rule in RUNTIME_ONLY)
 KEYS = ("select", "ignore", "extend-select", "per-file-ignores", "exclude", "extend-exclude")
 
 
@@ -77,9 +76,10 @@ class Settings:
         except ValueError:
             return PurePosixPath(path.as_posix())
 
-    def is_excluded(self, relative: PurePosixPath) -> bool:
+    def is_excluded(self, relative: str) -> bool:
+        """Whether an exclude pattern matches this posix path relative to the root, or its last name."""
         names, paths = _exclusion_patterns(self.exclude)
-        return bool(names.match(relative.name) or (paths and paths.match(relative.as_posix())))
+        return bool(names.match(relative.rpartition("/")[2]) or (paths and paths.match(relative)))
 
 
 @lru_cache(maxsize=8)
@@ -103,7 +103,7 @@ def _matches(relative: PurePosixPath, pattern: str) -> bool:
 def expand_codes(selectors: Iterable[str], option: str) -> FrozenSet[str]:
     """`ALL`, a prefix (`DPL1`) or a full code, each checked against the catalogue."""
     codes: set = set()
-    known = [rule.code for rule in CHECKS]
+    known = list(STATIC_CODES)
     for selector in selectors:
         selector = selector.strip().upper()
         if not selector:
@@ -111,7 +111,7 @@ def expand_codes(selectors: Iterable[str], option: str) -> FrozenSet[str]:
         matched = known if selector == "ALL" else [code for code in known if code.startswith(selector)]
         if not matched:
             hint = " (DPL000 is always on)" if selector == "DPL000" else ""
-            if selector in RUNTIME_CODES:
+            if selector in RUNTIME_ONLY_CODES:
                 hint = " (a runtime check: enable it with `pytest --dplint` or `dplint.runtime.checking()`)"
             raise ConfigError(f"{option}: unknown rule selector `{selector}`{hint}; see `dplint --list-rules`.")
         codes.update(matched)
@@ -168,7 +168,7 @@ def resolve_settings(start: Path, overrides: Mapping[str, Any], *, isolated: boo
         return expand_codes(_string_list(table[key], f"`{key}`"), f"`{key}`")
 
     select = codes("select")
-    enabled = set(select if select is not None else (r.code for r in CHECKS if r.enabled_by_default))
+    enabled = set(select if select is not None else (code for code, on in STATIC_CODES.items() if on))
     enabled |= codes("extend-select") or frozenset()
     enabled -= codes("ignore") or frozenset()
 

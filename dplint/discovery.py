@@ -29,15 +29,19 @@ def _walk(root: Path, settings: Settings, files: List[Path], problems: List[Tupl
     def on_error(error: OSError) -> None:
         problems.append((Path(error.filename or root), error.strerror or str(error)))
 
-    root_relative = settings.relative(root)
-    for directory, dirnames, filenames in os.walk(root, onerror=on_error):
-        base = Path(directory)
-        relative = root_relative / base.relative_to(root).as_posix()
+    # Paths relative to the project root, as posix strings: a big tree has thousands of them.
+    root_relative = settings.relative(root).as_posix()
+    root_prefix = "" if root_relative == "." else root_relative + "/"
+    top = os.fspath(root)
+    for directory, dirnames, filenames in os.walk(top, onerror=on_error):
+        below = directory[len(top) :].strip(os.sep).replace(os.sep, "/")  # os.walk joins onto `top`
+        prefix = f"{root_prefix}{below}/" if below else root_prefix
         dirnames[:] = sorted(
             name
             for name in dirnames
-            if not settings.is_excluded(relative / name) and not (base / name / "pyvenv.cfg").exists()
+            if not settings.is_excluded(prefix + name) and not os.path.exists(os.path.join(directory, name, "pyvenv.cfg"))
         )
+        base = Path(directory)
         for name in sorted(filenames):
-            if name.endswith(SOURCE_SUFFIXES) and not settings.is_excluded(relative / name):
+            if name.endswith(SOURCE_SUFFIXES) and not settings.is_excluded(prefix + name):
                 files.append(base / name)

@@ -1,6 +1,8 @@
-"""The rule reference, generated from the rule classes: `python -m dplint.docs docs/rules.md`.
+"""What is generated from the rule classes: `python -m dplint.docs docs/rules.md dplint/codes.py`.
 
-`dplint --explain CODE` prints one rule's section of it, so the two never disagree.
+The rule reference (`.md`): `dplint --explain CODE` prints one rule's section of it, so the two never
+disagree. The codes module (`.py`): the codes and defaults that settings need, readable without
+importing the rules.
 """
 
 from __future__ import annotations
@@ -72,13 +74,31 @@ def reference() -> str:
     return HEADER + "\n".join(table) + "\n\n" + "\n".join(sections)
 
 
+CODES_HEADER = '''"""The rule codes, generated from the rule classes by `python -m dplint.docs dplint/codes.py` (a
+test fails when it is out of date). Settings need only these, so a run answered from the cache
+never imports the rules, nor libcst.
+"""
+'''
+
+
+def codes_module() -> str:
+    from dplint.rules import CHECKS, RUNTIME_ONLY
+
+    lines = [CODES_HEADER, "# The codes checked in source files, in the engine's order: whether each is on by default."]
+    lines += ["STATIC_CODES = {"] + [f'    "{rule.code}": {rule.enabled_by_default},' for rule in CHECKS] + ["}"]
+    lines += ["# The codes that only the runtime hooks check.", "RUNTIME_ONLY_CODES = frozenset({"]
+    lines += [f'    "{rule.code}",' for rule in RUNTIME_ONLY] + ["})", ""]
+    return "\n".join(lines)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: python -m dplint.docs PATH", file=sys.stderr)
+    paths = list(sys.argv[1:] if argv is None else argv)
+    if not paths or not all(path.endswith((".md", ".py")) for path in paths):
+        print("usage: python -m dplint.docs docs/rules.md dplint/codes.py", file=sys.stderr)
         return 2
-    with open(args[0], "w", encoding="utf-8") as handle:
-        handle.write(reference())
+    for path in paths:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(reference() if path.endswith(".md") else codes_module())
     return 0
 
 

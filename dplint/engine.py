@@ -22,10 +22,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 from dplint.config import Settings
 from dplint.analysis.facts import FileFacts, ProjectFacts, collect_file_facts, module_identity
-from dplint.analysis.names import position_anchor
 from dplint.finding import Edit, Finding, Fix, Location
 from dplint.rule import Report, Rule
-from dplint.rules import CHECKS, ParseError
 from dplint.suppression import SuppressionRule, Suppressions, noqa_directives
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -205,6 +203,8 @@ def _syntax_error(message: str, error: SyntaxError) -> Unreadable:
 
 
 def parse_error_finding(source: SourceFile, error: Unreadable) -> Finding:
+    from dplint.rules import ParseError
+
     line = getattr(error, "line", 1)
     column = getattr(error, "column", 1)
     return Finding(
@@ -255,6 +255,9 @@ def check_file(source: SourceFile, text: Optional[str], settings: Settings, proj
     except Unreadable as error:
         return FileResult((parse_error_finding(source, error),))
     text = universal_newlines(text)
+    # The rules and libcst load in the first file checked: a run answered from the cache never needs them.
+    from dplint.rules import CHECKS
+
     ignored = settings.ignored_for(Path(source.filename))
     classes = facts.class_names if facts is not None else ()
     enabled = (rule() for rule in CHECKS if rule.code in settings.enabled and rule.code not in ignored)
@@ -319,6 +322,8 @@ def run_rules(source: SourceFile, text: str, module, rules: Sequence[Rule], proj
 def _record_noqa_use_of_other_rules(ctx, source: SourceFile, suppressions: Suppressions, ran: Set[str]) -> List[InternalError]:
     """Run the static rules that a `# noqa` names but this run did not (deselected, or skipped by the
     prefilter), only to record which directives they would use: their findings are not reported."""
+    from dplint.rules import CHECKS
+
     errors: List[InternalError] = []
     named = suppressions.named_codes()
     for rule_class in CHECKS:
@@ -335,6 +340,8 @@ def _record_noqa_use_of_other_rules(ctx, source: SourceFile, suppressions: Suppr
 
 
 def _locate(rule: Rule, report: Report, ctx, source: SourceFile) -> Finding:
+    from dplint.analysis.names import position_anchor
+
     span = ctx.position(position_anchor(report.node))
     fix = None
     if report.fix is not None:
@@ -411,7 +418,7 @@ def _reported(result: R, on_result: Optional[Callable[[], None]]) -> R:
     return result
 
 
-def display_path(path: Path, cwd: Optional[str] = None) -> str:
+def display_path(path: "os.PathLike[str] | str", cwd: Optional[str] = None) -> str:
     cwd = cwd or os.getcwd()
     absolute = os.path.abspath(path)
     if absolute.startswith(cwd + os.sep):
@@ -423,13 +430,19 @@ def display_path(path: Path, cwd: Optional[str] = None) -> str:
 
 
 def source_files(paths: Sequence[Path]) -> List[SourceFile]:
-    """A SourceFile for each path; the folders' package status is looked up once for all of them."""
+    """A SourceFile for each path; the folders' package names are looked up once for all of them."""
     cwd = os.getcwd()
-    packages: Dict[str, bool] = {}
-    return [
-        SourceFile(os.path.abspath(path), display_path(path, cwd), *module_identity(Path(os.path.abspath(path)), packages))
-        for path in paths
-    ]
+    packages: Dict[str, str] = {}
+    shown_folders: Dict[str, str] = {}
+    sources = []
+    for path in paths:
+        absolute = os.path.abspath(path)
+        folder, name = os.path.split(absolute)
+        if folder not in shown_folders:
+            shown_folders[folder] = display_path(folder, cwd)
+        shown = name if shown_folders[folder] == "." else os.path.join(shown_folders[folder], name)
+        sources.append(SourceFile(absolute, shown, *module_identity(absolute, packages)))
+    return sources
 
 
 def source_file(path: Path) -> SourceFile:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -93,6 +94,42 @@ def test_cache_rechecks_only_a_changed_file(tmp_path):
     result = lint(tmp_path)
     assert result.parsed == 1
     assert [f.path for f in result.findings] == ["m0.py", "m1.py", "m2.py", "m4.py"]
+
+
+def test_cache_written_by_other_dplint_sources_is_not_reused(tmp_path, monkeypatch):
+    # An install from a clone keeps its version number through a `git pull`: the new rules must not
+    # be served the old rules' findings.
+    write(tmp_path, "m.py", "import torch\nx = torch.zeros(3)\nx.cpu()\n")
+    assert lint(tmp_path).parsed == 1
+    assert lint(tmp_path).parsed == 0
+    monkeypatch.setattr("dplint.cache.code_stamp", lambda: "the sources after a git pull")
+    assert lint(tmp_path).parsed == 1
+
+
+def test_code_stamp_follows_the_rule_sources():
+    from dplint.cache import code_stamp
+    from dplint.rules.discarded_tensor_move import DiscardedTensorMove
+
+    rule_file = Path(inspect.getfile(DiscardedTensorMove))
+    before, stat = code_stamp(), rule_file.stat()
+    try:
+        os.utime(rule_file, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+        assert code_stamp() != before
+    finally:
+        os.utime(rule_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert code_stamp() == before
+
+
+def test_a_run_answered_from_the_cache_imports_neither_the_rules_nor_libcst(tmp_path):
+    write(tmp_path, "m.py", "import torch\nx = torch.zeros(3)\nx.cpu()\n")
+    program = (
+        "import sys; from dplint.cli import main; code = main(['--exit-zero', '-q', '.']); "
+        "print(sorted(m for m in sys.modules if m == 'libcst' or m.startswith('dplint.rules')))"
+    )
+    first = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True)
+    second = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True)
+    assert "'libcst'" in first.stdout and "DPL101" in first.stdout, first.stderr
+    assert second.stdout == first.stdout.replace(first.stdout.splitlines()[-1], "[]"), second.stderr
 
 
 def test_parallel_run_gives_the_serial_findings(tmp_path):

@@ -13,7 +13,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from dplint.docs import explain, reference
+from dplint.docs import codes_module, explain, reference
 from dplint.reporters import github_command
 from dplint.rules import ALL_RULES
 
@@ -205,6 +205,10 @@ def test_fix_preserves_comments_crlf_and_encoding(tmp_path):
 
 def test_rule_reference_is_up_to_date():
     assert (ROOT / "docs" / "rules.md").read_text() == reference(), "regenerate: python -m dplint.docs docs/rules.md"
+
+
+def test_codes_module_is_up_to_date():
+    assert (ROOT / "dplint" / "codes.py").read_text() == codes_module(), "regenerate: python -m dplint.docs dplint/codes.py"
 
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)

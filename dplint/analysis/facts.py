@@ -127,30 +127,30 @@ class FileFacts:
         return tuple(info.name for info in self.classes)
 
 
-def module_identity(path: Path, packages: Optional[Dict[str, bool]] = None) -> Tuple[str, str]:
+def module_identity(path: "os.PathLike[str] | str", packages: Optional[Dict[str, str]] = None) -> Tuple[str, str]:
     """The dotted module name of a file, and the package its relative imports start from.
 
-    `packages` remembers which folders are packages, for a run that names thousands of files.
+    `packages` remembers each folder's dotted package name, for a run that names thousands of files.
     """
     packages = {} if packages is None else packages
-
-    def is_package(directory: str) -> bool:
-        if directory not in packages:
-            packages[directory] = os.path.isfile(os.path.join(directory, "__init__.py"))
-        return packages[directory]
-
-    directory, base = os.path.split(str(path))
+    directory, base = os.path.split(os.fspath(path))
     stem = os.path.splitext(base)[0]
-    is_package_file = stem == "__init__"
-    parts = [] if is_package_file else [stem]
-    while is_package(directory):
-        parent, name = os.path.split(directory)
-        parts.insert(0, name)
-        if parent == directory:
-            break
-        directory = parent
-    name = ".".join(parts) or stem
-    return name, name if is_package_file else name.rpartition(".")[0]
+    package = _package_name(directory, packages)
+    if stem == "__init__":
+        return package or stem, package or stem
+    return (f"{package}.{stem}" if package else stem), package
+
+
+def _package_name(directory: str, names: Dict[str, str]) -> str:
+    """`a.b` for a folder `a/b` where both hold an `__init__.py`; "" for a folder that is no package."""
+    if directory not in names:
+        if os.path.isfile(os.path.join(directory, "__init__.py")):
+            parent, folder = os.path.split(directory)
+            outer = _package_name(parent, names) if parent != directory else ""
+            names[directory] = f"{outer}.{folder}" if outer else folder
+        else:
+            names[directory] = ""
+    return names[directory]
 
 
 def absolute_module(package: str, level: int, module: str) -> str:

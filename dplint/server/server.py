@@ -170,7 +170,7 @@ class DplintServer(LanguageServer):
 
 def _is_excluded(settings: Settings, path: Path) -> bool:
     relative = settings.relative(path)
-    return any(settings.is_excluded(PurePosixPath(*relative.parts[: i + 1])) for i in range(len(relative.parts)))
+    return any(settings.is_excluded(PurePosixPath(*relative.parts[: i + 1]).as_posix()) for i in range(len(relative.parts)))
 
 
 server = DplintServer()
