@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 from dplint.config import Settings
 from dplint.analysis.facts import FileFacts, ProjectFacts, collect_file_facts, module_identity
+from dplint.analysis.outline import Outline
 from dplint.finding import Edit, Finding, Fix, Location
 from dplint.rule import Report, Rule
 from dplint.suppression import SuppressionRule, Suppressions, noqa_directives
@@ -104,20 +105,29 @@ def content_hash(data: bytes) -> str:
 
 
 def parse(text: str):
-    """A libcst Module, or Unreadable with the reason and line.
+    """A libcst Module, or Unreadable with the reason and line."""
+    return parse_libcst(text, parse_python(text))
+
+
+def parse_python(text: str) -> ast.Module:
+    """CPython's tree of the file, or Unreadable with the reason and line.
 
     CPython's own parser decides what is Python: a file it rejects is not checked, even where libcst
     would parse it (`"\\N{BOGUS}"`). It runs first also because it is fast, gives the clearest syntax
     errors, and rejects pathological nesting that would overflow libcst's native parser's stack.
     """
-    import libcst as cst
-
     try:
-        tree = ast.parse(text)
+        return ast.parse(text)
     except (RecursionError, MemoryError):
         raise Unreadable("too deeply nested to parse") from None
     except SyntaxError as error:
         raise _syntax_error(error.msg or "invalid syntax", error) from None
+
+
+def parse_libcst(text: str, tree: ast.Module):
+    """The libcst Module of a file CPython parsed as `tree`, or Unreadable with the reason."""
+    import libcst as cst
+
     depth, data_literals = _shape(tree)
     if depth > MAX_EXPRESSION_DEPTH:
         raise Unreadable(f"too deeply nested to check (an expression {depth} levels deep; the limit is {MAX_EXPRESSION_DEPTH})")
@@ -271,7 +281,12 @@ def check_file(source: SourceFile, text: Optional[str], settings: Settings, proj
     if not rules:
         return FileResult()
     try:
-        module = parse(text)
+        tree = parse_python(text)
+        outline = Outline.of(tree)
+        rules = [rule for rule in rules if rule.applies_to_outline(outline)]
+        if not rules:
+            return FileResult()
+        module = parse_libcst(text, tree)
     except Unreadable as error:
         return FileResult((parse_error_finding(source, error),))
     return run_rules(source, text, module, rules, project)

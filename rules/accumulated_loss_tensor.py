@@ -8,6 +8,7 @@ import libcst as cst
 from dplint.context import FileContext
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.names import Body, block_body, child_blocks
+from dplint.analysis.outline import Outline
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 
@@ -171,6 +172,9 @@ class AccumulatedLossTensor(Rule):
             line=6,
         ),
     ]
+
+    def applies_to_outline(self, outline: Outline) -> bool:
+        return not outline.accumulated.isdisjoint(outline.backward_receivers)
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         reported: Set[cst.CSTNode] = set()  # a statement in nested loops is seen from each of them

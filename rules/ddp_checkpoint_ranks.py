@@ -7,7 +7,7 @@ import libcst as cst
 
 from dplint.analysis.names import Body, child_blocks, dotted
 from dplint.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import (
     DDP,
     INIT_PROCESS_GROUP,
@@ -149,7 +149,7 @@ class CheckpointOnEveryRank(Rule):
     code = "DPL505"
     name = "checkpoint-on-every-rank"
     summary = "`torch.save` run by every rank of a process group, to the same path: the writes race."
-    triggers = re.compile(r"\bsave\(")
+    triggers = GuardedPattern(r"\bsave\(", ["save("])
     distributed_programs_only = True
 
     VALID = [
@@ -338,7 +338,7 @@ class LoadWithoutMapLocation(Rule):
     code = "DPL506"
     name = "load-without-map-location"
     summary = "`torch.load` without `map_location` on every rank: all ranks load GPU tensors onto `cuda:0`."
-    triggers = re.compile(r"\bload\(")
+    triggers = GuardedPattern(r"\bload\(", ["load("])
     distributed_programs_only = True
 
     VALID = [

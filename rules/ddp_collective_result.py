@@ -5,8 +5,9 @@ from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
+from dplint.analysis.names import run_visitor
 from dplint.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
 from dplint.analysis.facts import ProjectFacts
 from dplint.rules.ddp_common import ASYNC_OP_POSITION, argument, collective_call_pattern, collective_name, is_literal
 
@@ -46,7 +47,7 @@ class CollectiveResultAssigned(Rule):
     summary = "The result of an in-place collective (`None`) assigned or used: `x = dist.all_reduce(x)`."
     # Collectives are qualified names of torch.distributed: the file imports it (or names it in full),
     # and then `applies_to` looks for a call of one whose result is used.
-    requires = re.compile(r"torch\.distributed|from\s+torch\s+import[^\n]*\bdistributed\b")
+    requires = GuardedPattern(r"torch\.distributed|from\s+torch\s+import[^\n]*\bdistributed\b", ["distributed"])
 
     VALID = [
         Valid(
@@ -132,7 +133,7 @@ class CollectiveResultAssigned(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         visitor = _UsedResults(ctx)
-        ctx.module.visit(visitor)
+        run_visitor(ctx.module, visitor)
         for call, name in visitor.found:
             yield Report(
                 node=call,

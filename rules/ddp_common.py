@@ -10,8 +10,9 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tup
 import libcst as cst
 
 from dplint.analysis.facts import DistributedProgram, FileFacts, scan_distributed, scan_imports
-from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_calls, signed_integer_value
+from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_calls, run_visitor, signed_integer_value
 from dplint.context import FileContext
+from dplint.rule import GuardedPattern
 
 DISTRIBUTED = "torch.distributed"
 DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
@@ -39,14 +40,16 @@ ASYNC_OP_POSITION = {
     "scatter": 4, "reduce_scatter": 4, "reduce_scatter_tensor": 4, "all_to_all": 3, "all_to_all_single": 5,
 }  # fmt: skip
 # The wrappers whose forward or state_dict is a collective: their wrap names them in the file.
-NAMES_A_DISTRIBUTED_MODEL = re.compile(r"DistributedDataParallel|FullyShardedDataParallel|fully_shard")
+NAMES_A_DISTRIBUTED_MODEL = GuardedPattern(
+    r"DistributedDataParallel|FullyShardedDataParallel|fully_shard", ["DistributedDataParallel", "FullyShardedDataParallel", "fully_shard"]
+)
 _IMPORT_STATEMENT = re.compile(
     r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]*))", re.M
 )
 _COLLECTIVE_ALTERNATIVES = "|".join(sorted(COLLECTIVE_NAMES, key=len, reverse=True))
 
 
-def collective_call_pattern(text: str) -> "re.Pattern[str]":
+def collective_call_pattern(text: str) -> GuardedPattern:
     """A pattern for the calls in `text` that can be torch.distributed collectives, read from its imports.
 
     Cheap and generous (a prefilter): `dist.all_reduce(` for any alias bound to a module of
@@ -55,6 +58,7 @@ def collective_call_pattern(text: str) -> "re.Pattern[str]":
     """
     prefixes = {r"\w*distributed", r"distributed_c10d"}
     bare: Set[str] = set()
+    bare_names: Set[str] = set()  # every match holds one of these or of COLLECTIVE_NAMES
     for match in _IMPORT_STATEMENT.finditer(text):
         source, imported, modules = match.groups()
         from_distributed = modules is None and ("distributed" in source or "c10d" in source or not source.strip("."))
@@ -67,16 +71,19 @@ def collective_call_pattern(text: str) -> "re.Pattern[str]":
                 continue
             elif from_distributed and original in COLLECTIVE_NAMES:
                 bare.add(re.escape(bound))
+                bare_names.add(bound)
             elif from_distributed or "distributed" in original or "c10d" in original:
                 if modules is None or alias:
                     prefixes.add(re.escape(bound))
     qualified = rf"(?:{'|'.join(sorted(prefixes))})\.(?:{_COLLECTIVE_ALTERNATIVES})"
     alternatives = [qualified] + ([f"(?:{'|'.join(sorted(bare))})"] if bare else [])
-    return re.compile(rf"(?<![\w.])(?:\w+\.)*(?:{'|'.join(alternatives)})[ \t]*\(")
+    return GuardedPattern(rf"(?<![\w.])(?:\w+\.)*(?:{'|'.join(alternatives)})[ \t]*\(", sorted(COLLECTIVE_NAMES | bare_names))
 
 
 # A file that never names torch.distributed, DDP or FSDP has no collective and no DDP model of its own.
-USES_DISTRIBUTED = re.compile(r"distributed|FSDP|fully_shard", re.IGNORECASE)
+USES_DISTRIBUTED = GuardedPattern(
+    r"distributed|FSDP|fully_shard", ["istributed", "ISTRIBUTED", "FSDP", "fsdp", "Fsdp", "ully_shard", "ULLY_SHARD"], re.IGNORECASE
+)
 # An identifier naming the rank or a rank-zero predicate: `rank`, `local_rank`, `dist.get_rank`,
 # `is_main_process`, `master_process`, `trainer.is_global_zero`, `rank_zero_only`.
 _RANK_WORD = re.compile(
@@ -126,7 +133,7 @@ def is_literal(expr: Optional[cst.BaseExpression], value: object) -> bool:
 def mentions(expr: cst.CSTNode, pattern: "re.Pattern[str]") -> bool:
     """Whether any name or attribute in `expr` matches `pattern`."""
     collector = _Identifiers()
-    expr.visit(collector)
+    run_visitor(expr, collector)
     return any(pattern.search(word) for word in collector.words)
 
 

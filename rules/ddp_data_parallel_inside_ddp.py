@@ -1,19 +1,18 @@
 from __future__ import annotations
 
-import re
 from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
 from dplint.analysis.facts import DATA_PARALLEL, MODULE_RETURNING_METHODS, ProjectFacts
 from dplint.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
 from dplint.analysis.names import dotted, iter_calls
 from dplint.analysis.wrapping import Point, scope_points
 from dplint.rules.ddp_common import DDP, argument
 
 
-_DATA_PARALLEL = re.compile(r"(?<!Distributed)DataParallel\b")
+_DATA_PARALLEL = GuardedPattern(r"(?<!Distributed)DataParallel\b", ["DataParallel"])
 
 
 class DataParallelInsideDdp(Rule):
@@ -46,7 +45,7 @@ class DataParallelInsideDdp(Rule):
     code = "DPL514"
     name = "data-parallel-inside-ddp"
     summary = "`DistributedDataParallel(nn.DataParallel(...))`: two data-parallel wrappers, an unsupported mode."
-    triggers = re.compile(r"DistributedDataParallel|\bDDP\b")
+    triggers = GuardedPattern(r"DistributedDataParallel|\bDDP\b", ["DistributedDataParallel", "DDP"])
 
     VALID = [
         Valid(

@@ -5,7 +5,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from dplint.analysis.names import Body, child_blocks, dotted
+from dplint.analysis.names import Body, child_blocks, dotted, run_visitor
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import DDP, USES_DISTRIBUTED, ScopeInfo, argument, calls_in, is_literal, iter_scopes, passed_parameters, scope_calls, wrapped_names
@@ -213,7 +213,7 @@ def _first_source(expr: cst.BaseExpression, tainted: Dict[str, cst.Call], source
         if any(call is source for source in sources):
             return call
     collector = _Dotted()
-    expr.visit(collector)
+    run_visitor(expr, collector)
     for name in collector.names:
         if name in tainted:
             return tainted[name]

@@ -5,9 +5,9 @@ from typing import Iterator, List
 
 import libcst as cst
 
-from dplint.analysis.names import block_body
+from dplint.analysis.names import block_body, run_visitor
 from dplint.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import (
     DATA_LOADERS,
     ScopeInfo,
@@ -61,7 +61,7 @@ class TrainingLoaderNotSharded(Rule):
     code = "DPL503"
     name = "training-loader-not-sharded"
     summary = "A DDP program's training loader has no `DistributedSampler`: every rank trains on the same data."
-    triggers = re.compile(r"shuffle[ \t]*=[ \t]*True|IterableDataset")
+    triggers = GuardedPattern(r"shuffle[ \t]*=[ \t]*True|IterableDataset", ["shuffle", "IterableDataset"])
     distributed_programs_only = True
 
     VALID = [
@@ -191,7 +191,7 @@ def _classes(body) -> List[cst.ClassDef]:
 
 def _single_process_calls(module: cst.Module) -> set:
     visitor = _ModeBranches()
-    module.visit(visitor)
+    run_visitor(module, visitor)
     return visitor.inside
 
 

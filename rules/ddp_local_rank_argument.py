@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-import re
 from typing import Iterator, List
 
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import calls_in, program_or_file
 
 
@@ -44,7 +43,7 @@ class LocalRankArgument(Rule):
     code = "DPL510"
     name = "local-rank-argument"
     summary = "`--local_rank` read only from argparse: torchrun passes none, so every rank gets the default GPU."
-    triggers = re.compile(r"[\"']--local_rank[\"']")
+    triggers = GuardedPattern(r"[\"']--local_rank[\"']", ["--local_rank"])
 
     VALID = [
         Valid(

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Iterator, Optional, Set
 
@@ -10,7 +9,7 @@ from dplint.analysis.facts import MODULE_RETURNING_METHODS
 from dplint.analysis.inference import is_module_class_name
 from dplint.analysis.names import dotted
 from dplint.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import DDP, USES_DISTRIBUTED, argument, calls_in, iter_scopes, iter_sites, wrap_of
 
 CASTS = frozenset({"half", "double", "bfloat16"})
@@ -68,7 +67,7 @@ class ModelChangedAfterDdpWrap(Rule):
     code = "DPL511"
     name = "model-changed-after-ddp-wrap"
     summary = "Parameters loaded on one rank, cast, moved or replaced after the DDP wrap: replicas drift apart."
-    triggers = re.compile(r"DistributedDataParallel|\bDDP\b")
+    triggers = GuardedPattern(r"DistributedDataParallel|\bDDP\b", ["DistributedDataParallel", "DDP"])
     requires = USES_DISTRIBUTED
     distributed_programs_only = True
 

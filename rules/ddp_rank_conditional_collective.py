@@ -8,8 +8,9 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from dplint.analysis.names import Body, block_body, child_blocks, dotted
+from dplint.analysis.outline import Outline
 from dplint.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
 from dplint.analysis.facts import ProjectFacts
 from dplint.rules.ddp_common import (
     NAMES_A_DISTRIBUTED_MODEL,
@@ -29,6 +30,10 @@ from dplint.rules.ddp_common import (
     scope_calls,
     wrapped_names,
 )
+
+
+# What a rank condition or a rank-zero decorator names.
+_RANK_CONDITION_WORD = re.compile(r"rank|main_process|master|is_global_zero", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,11 @@ class RankConditionalCollective(Rule):
     name = "rank-conditional-collective"
     summary = "A collective (barrier, all_reduce, a DDP forward, ...) that only some ranks run: the job hangs."
     # A rank condition: an `if`/`elif`/conditional expression or a decorator that names a rank.
-    triggers = re.compile(r"(?:\bif\b|@)[^\n]*(?:rank|main_process|master|is_global_zero)", re.IGNORECASE)
+    triggers = GuardedPattern(
+        r"(?:\bif\b|@)[^\n]*(?:" + _RANK_CONDITION_WORD.pattern + ")",
+        ["rank", "Rank", "RANK", "main_process", "MAIN_PROCESS", "master", "Master", "MASTER", "is_global_zero"],
+        re.IGNORECASE,
+    )
     requires = USES_DISTRIBUTED
 
     VALID = [
@@ -257,6 +266,9 @@ class RankConditionalCollective(Rule):
             return False
         # Every collective this rule knows is a torch.distributed call or a DDP/FSDP model built here.
         return NAMES_A_DISTRIBUTED_MODEL.search(text) is not None or collective_call_pattern(text).search(text) is not None
+
+    def applies_to_outline(self, outline: Outline) -> bool:
+        return any(_RANK_CONDITION_WORD.search(word) for word in outline.condition_words)
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         callees = _Callees(ctx)

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-import re
 from typing import Iterator, Optional
 
 import libcst as cst
 
 from dplint.analysis.names import dotted
 from dplint.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import (
     DATA_LOADERS,
     ScopeInfo,
@@ -51,7 +50,7 @@ class ShuffleWithDistributedSampler(Rule):
     code = "DPL502"
     name = "shuffle-with-distributed-sampler"
     summary = "`DataLoader(shuffle=True, sampler=...)`: raises at startup, typically only in the multi-GPU branch."
-    triggers = re.compile(r"\bshuffle[ \t]*=[ \t]*True")
+    triggers = GuardedPattern(r"\bshuffle[ \t]*=[ \t]*True", ["shuffle"])
 
     VALID = [
         Valid(

@@ -5,7 +5,7 @@ from typing import Iterator, List, Optional, Set
 
 import libcst as cst
 
-from dplint.analysis.names import dotted
+from dplint.analysis.names import dotted, run_visitor
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import (
@@ -203,7 +203,7 @@ def _iterated(scope: ScopeInfo) -> Set[str]:
     visitor = _Loops()
     for statement in scope.body:
         if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            statement.visit(visitor)
+            run_visitor(statement, visitor)
     return visitor.iterated
 
 
@@ -211,7 +211,7 @@ def _divisions(scope: ScopeInfo) -> List[cst.BinaryOperation]:
     visitor = _Divisions()
     for statement in scope.body:
         if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            statement.visit(visitor)
+            run_visitor(statement, visitor)
     return visitor.found
 
 

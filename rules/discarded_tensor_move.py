@@ -9,6 +9,7 @@ from dplint.context import FileContext
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.inference import Inference, Kind, Scope
 from dplint.analysis.names import dotted
+from dplint.analysis.outline import Outline
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 MOVES = frozenset({"to", "cuda", "cpu"})
@@ -379,6 +380,9 @@ class DiscardedTensorMove(Rule):
             if any(_STATEMENT_PREFIX.fullmatch(text, start, match.start()) for start in starts):
                 return True
         return False
+
+    def applies_to_outline(self, outline: Outline) -> bool:
+        return not MOVES.isdisjoint(outline.discarded_methods)
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         inference: Inference = Inference.of(ctx)

@@ -7,7 +7,7 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.analysis.inference import Inference, WrappedForwardRule
-from dplint.analysis.names import block_body, child_blocks, dotted, iter_calls
+from dplint.analysis.names import block_body, child_blocks, dotted, iter_calls, run_visitor
 from dplint.finding import FileReference
 from dplint.rule import Invalid, Report, Valid
 
@@ -315,7 +315,7 @@ def _attributes_read_outside(ctx: FileContext, class_name: str, forward: cst.Fun
 
     def collect() -> _AttributeReads:
         reads = _AttributeReads()
-        ctx.module.visit(reads)
+        run_visitor(ctx.module, reads)
         return reads
 
     reads = ctx.memo("forward-state:attribute-reads", collect)
@@ -342,7 +342,7 @@ def _reads_self_attribute(value: Optional[cst.BaseExpression], self_name: str, n
             if node.attr.value == name and isinstance(node.value, cst.Name) and node.value.value == self_name:
                 found.append(node)
 
-    value.visit(Finder())
+    run_visitor(value, Finder())
     return bool(found)
 
 

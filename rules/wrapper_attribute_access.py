@@ -6,10 +6,10 @@ from typing import Dict, FrozenSet, Iterator, List, Mapping, Sequence, Set, Tupl
 import libcst as cst
 
 from dplint.analysis.facts import ProjectFacts
-from dplint.analysis.names import dotted
+from dplint.analysis.names import dotted, run_visitor
 from dplint.analysis.wrapping import WrapSite, describe, handled_names, scope_points
 from dplint.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
 
 # What DataParallel and DistributedDataParallel have themselves: nn.Module's API and the wrappers' own
 # (DistributedDataParallel's public attributes and methods as of torch 2.13, read from its source).
@@ -30,7 +30,7 @@ WRAPPER_ATTRIBUTES = frozenset(
     static_graph to_kwargs use_side_stream_for_tensor_copies will_sync_module_buffers""".split()
 )
 # `x = nn.DataParallel(...)`, `self.model = DDP(...)` (also in a one-line suite): a file without one has nothing to check.
-_WRAP_ASSIGNMENT = re.compile(r"(?:^|[:;])[ \t]*[\w.]+[ \t]*=[ \t]*[\w.]*(?:DataParallel|DDP)\(", re.M)
+_WRAP_ASSIGNMENT = GuardedPattern(r"(?:^|[:;])[ \t]*[\w.]+[ \t]*=[ \t]*[\w.]*(?:DataParallel|DDP)\(", ["DataParallel(", "DDP("], re.M)
 
 
 class WrapperAttributeAccess(Rule):
@@ -210,7 +210,7 @@ class WrapperAttributeAccess(Rule):
         elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
             targets = {id(small.target)}
         collector = _AttributeCollector(wrapped)
-        small.visit(collector)
+        run_visitor(small, collector)
         for attribute, owner in collector.found:
             name = attribute.attr.value
             if name in WRAPPER_ATTRIBUTES or name.startswith("_"):

@@ -6,21 +6,30 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional,
 import libcst as cst
 
 from dplint.analysis.facts import ProjectFacts
-from dplint.analysis.names import Body, child_blocks, dotted, iter_calls, signed_integer_value
+from dplint.analysis.names import Body, child_blocks, dotted, iter_calls, run_visitor, signed_integer_value
 from dplint.analysis.wrapping import Point, WrapSite, describe, handled_names, scopes
 from dplint.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
 
 PREFIX = "module."
 # A string naming the prefix to strip, spelt right or not (`"modules."` never matches a key).
 _PREFIX_LIKE = frozenset({"module.", "modules.", "module"})
 # Prefix strings common enough elsewhere that only a state dict's context makes them the prefix.
 _WEAK_PREFIXES = frozenset({"module"})
-_HAND_STRIPPING = re.compile(
-    r"""["']modules?\.["']|(?:replace|startswith|split|removeprefix|lstrip|len)\(\s*["']modules?["']|\[\s*7\s*:\s*\]"""
+# The prefix stripped by hand: its string, or a slice of its length (`k[7:]`, a literal opens the regex: fast).
+_PREFIX_STRING = GuardedPattern(
+    r"""["']modules?\.["']|(?:replace|startswith|split|removeprefix|lstrip|len)\(\s*["']modules?["']""",
+    [f"{prefix}{quote}" for prefix in ("module.", "modules.", "module", "modules") for quote in "\"'"],
 )
+_SLICE_OF_SEVEN = re.compile(r"\[\s*7\s*:\s*\]")
+
+
+def _strips_by_hand(text: str) -> bool:
+    return _PREFIX_STRING.search(text) is not None or _SLICE_OF_SEVEN.search(text) is not None
+
+
 # A wrap written in the file: `nn.DataParallel(`, `DistributedDataParallel(`, `DDP(`.
-_WRAP_CALL = re.compile(r"DataParallel\s*\(|\bDDP\s*\(")
+_WRAP_CALL = GuardedPattern(r"DataParallel\s*\(|\bDDP\s*\(", ["DataParallel", "DDP"])
 # The context of a bare `k[7:]` that makes it the prefix's length: the keys of a state dict.
 _STATE_DICT_CONTEXT = re.compile(r"state|ckpt|checkpoint|weights|params|\.items\(\)|\.keys\(\)")
 
@@ -76,12 +85,11 @@ class WrapperStateDictPrefix(Rule):
     code = "DPL303"
     name = "wrapper-state-dict-prefix"
     summary = "A state_dict saved from a DataParallel/DDP wrapper carries `module.` prefixes plain models cannot load."
-    triggers = _HAND_STRIPPING
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
         """The prefix stripped by hand, a `state_dict` saved in a file that wraps a model, or a class
         inheriting a base trainer's `self.<attr>` wrap."""
-        if self.triggers.search(text):
+        if _strips_by_hand(text):
             return True
         if "state_dict" not in text or "save" not in text:
             return False
@@ -196,7 +204,7 @@ class WrapperStateDictPrefix(Rule):
         if any(wrap_text in ctx.source for wrap_text in ("DataParallel", "DDP", "self.")):
             for points in scopes(ctx):
                 yield from self._saves(ctx, points)
-        if self.triggers.search(ctx.source):
+        if _strips_by_hand(ctx.source):
             yield from _hand_stripping(ctx, ctx.module.body, "")
 
     def _saves(self, ctx: FileContext, points: Iterable[Point]) -> Iterator[Report]:
@@ -274,7 +282,7 @@ def _state_dict_calls(node: Optional[cst.CSTNode], wrapped: Mapping[str, object]
     if node is None or not wrapped:
         return []
     collector = _StateDictCollector(wrapped)
-    node.visit(collector)
+    run_visitor(node, collector)
     return collector.found
 
 
@@ -288,7 +296,7 @@ class _NameCollector(cst.CSTVisitor):
 
 def _names_in(node: cst.CSTNode) -> Set[str]:
     collector = _NameCollector()
-    node.visit(collector)
+    run_visitor(node, collector)
     return collector.names
 
 
@@ -329,7 +337,7 @@ _STRIP_HELP = 'Use `consume_prefix_in_state_dict_if_present(state_dict, "module.
 
 def _strippings(ctx: FileContext, small: cst.CSTNode, context: str) -> Iterator[Tuple[cst.CSTNode, str]]:
     collector = _StrippingCollector()
-    small.visit(collector)
+    run_visitor(small, collector)
     text = f"{context} {ctx.code(small)}"
     guarded = re.search(r"""startswith\(\s*["']module""", text) is not None
     in_state_dict = guarded or _STATE_DICT_CONTEXT.search(text) is not None

@@ -132,6 +132,22 @@ def test_a_run_answered_from_the_cache_imports_neither_the_rules_nor_libcst(tmp_
     assert second.stdout == first.stdout.replace(first.stdout.splitlines()[-1], "[]"), second.stderr
 
 
+def test_libcst_parses_only_files_whose_code_has_what_a_rule_needs(tmp_path, monkeypatch):
+    import dplint.engine as engine
+
+    parsed = []
+    parse_libcst = engine.parse_libcst
+    monkeypatch.setattr(engine, "parse_libcst", lambda text, tree: parsed.append(text) or parse_libcst(text, tree))
+    # DPL101's text trigger matches a docstring's example and a continuation line; the outline sees
+    # that neither is a statement. Likewise a rank condition only in a comment for DPL507.
+    write(tmp_path, "docs.py", 'import torch\n"""Move it:\n    x.cuda()\n"""\ny = f(\n    x.cuda(),\n)\n')
+    write(tmp_path, "barrier.py", "import torch.distributed as dist\nif ready:  # rank 0 only\n    dist.barrier()\n")
+    write(tmp_path, "real.py", "import torch\nx = torch.zeros(3)\nx.cuda()\n")
+    result = lint(tmp_path, cache=False, jobs=1)
+    assert codes(result) == [("real.py", 3, "DPL101")]
+    assert parsed == [(tmp_path / "real.py").read_text()]
+
+
 def test_parallel_run_gives_the_serial_findings(tmp_path):
     for index in range(60):
         body = "import torch\nx = torch.zeros(3)\n" + ("x.cuda()\n" if index % 3 == 0 else "x = x.cuda()\n")
@@ -249,6 +265,20 @@ class Model(Base(), metaclass=meta()):
 '''
 
 
+MATCH_AND_EXCEPT_CASES = '''
+async def run(a=f(), *, b: g() = h()) -> k():
+    try:
+        value = table[lo():hi():step()]
+    except (first(), second()) as error:
+        handle(error)
+    match request():
+        case {"k": kind} if guard(kind):
+            act(key=value(), **extra())
+    from .. import parent
+    if ready(): go(); stop()
+'''
+
+
 @pytest.mark.parametrize("source", [CALL_ORDER_CASES] + sorted(str(p) for p in (ROOT / "fixtures").rglob("*.py")))
 def test_iter_calls_finds_the_calls_a_libcst_visitor_finds_in_the_same_order(source: str) -> None:
     """`iter_calls` reads node fields instead of visiting (for speed); it must see what the visitor sees."""
@@ -262,6 +292,77 @@ def test_iter_calls_finds_the_calls_a_libcst_visitor_finds_in_the_same_order(sou
     assert [module.code_for_node(c) for c in found] == [module.code_for_node(c) for c in visitor.calls]
     assert all(a is b for a, b in zip(found, visitor.calls))
     assert source != CALL_ORDER_CASES or len(found) == 24
+
+
+_RECORDED = ("Module", "FunctionDef", "ClassDef", "If", "IfExp", "For", "While", "With", "Try", "Match", "Call", "Attribute",
+             "Name", "Assign", "AugAssign", "AnnAssign", "BinaryOperation", "Subscript", "SimpleString", "Return",
+             "Import", "ImportFrom", "Arg", "Param", "Decorator", "ListComp", "DictComp")
+
+
+class _Recorder(cst.CSTVisitor):
+    """Records each visit and leave of the node kinds the rules' visitors read; skips what a lambda holds."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def on_visit(self, node) -> bool:
+        if type(node).__name__ in _RECORDED:
+            self.events.append(("visit", node))
+        return super().on_visit(node)
+
+    def on_leave(self, original_node) -> None:
+        if type(original_node).__name__ in _RECORDED:
+            self.events.append(("leave", original_node))
+
+    def visit_Lambda(self, node) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("source", [CALL_ORDER_CASES, MATCH_AND_EXCEPT_CASES] + sorted(str(p) for p in (ROOT / "fixtures").rglob("*.py")))
+def test_run_visitor_calls_a_visitor_as_libcsts_visit_does(source: str) -> None:
+    """`run_visitor` walks node fields instead of letting libcst rebuild every node (for speed)."""
+    from dplint.analysis.names import run_visitor
+
+    text = Path(source).read_text() if source.endswith(".py") else source
+    module = cst.parse_module(text)
+    by_libcst, by_fields = _Recorder(), _Recorder()
+    module.visit(by_libcst)
+    run_visitor(module, by_fields)
+    assert [(event, type(node).__name__) for event, node in by_fields.events] == [
+        (event, type(node).__name__) for event, node in by_libcst.events
+    ]
+    assert all(a[1] is b[1] for a, b in zip(by_fields.events, by_libcst.events))
+    assert len(by_fields.events) > 20 or source.endswith(".py")
+
+
+class _ChildrenInVisitOrder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.open: list = []
+        self.children: dict = {}
+
+    def on_visit(self, node) -> bool:
+        if self.open:
+            self.children.setdefault(id(self.open[-1]), []).append(node)
+        self.open.append(node)
+        return True
+
+    def on_leave(self, original_node) -> None:
+        self.open.pop()
+
+
+@pytest.mark.parametrize("source", [CALL_ORDER_CASES, MATCH_AND_EXCEPT_CASES] + sorted(str(p) for p in (ROOT / "fixtures").rglob("*.py")))
+def test_child_nodes_are_the_children_libcst_visits_in_its_order(source: str) -> None:
+    from dplint.analysis.names import child_nodes
+
+    text = Path(source).read_text() if source.endswith(".py") else source
+    module = cst.parse_module(text)
+    visitor = _ChildrenInVisitOrder()
+    module.visit(visitor)
+    for parent_id, visited in visitor.children.items():
+        parent = next(node for node in [module, *(c for cs in visitor.children.values() for c in cs)] if id(node) == parent_id)
+        mine = child_nodes(parent)
+        assert all(any(child is seen for seen in visited) for child in mine), type(parent).__name__
+        assert [id(c) for c in visited if any(c is child for child in mine)] == [id(c) for c in mine], type(parent).__name__
 
 
 @pytest.mark.parametrize("fixture", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "fixtures").glob("*.py")))

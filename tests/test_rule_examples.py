@@ -55,3 +55,53 @@ def test_every_rule_has_docs_and_examples(rule):
     if not rule.runtime_only:  # runtime-only checks are exercised by tests/test_runtime.py
         assert len(rule.VALID) >= 3 and len(rule.INVALID) >= 3
     assert rule.summary.endswith(".")
+
+
+def _guarded_patterns():
+    import importlib
+    import pkgutil
+
+    import dplint.rules
+    from dplint.rule import GuardedPattern
+
+    for info in pkgutil.iter_modules(dplint.rules.__path__):
+        module = importlib.import_module(f"dplint.rules.{info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, GuardedPattern):
+                yield f"{info.name}.{name}", value
+    for rule in CHECKS:
+        for name in ("triggers", "requires"):
+            if isinstance(getattr(rule, name), GuardedPattern):
+                yield f"{rule.code}.{name}", getattr(rule, name)
+
+
+def _corpus():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    texts = [example.source for rule in ALL_RULES for example in (*rule.VALID, *rule.INVALID)]
+    texts += [path.read_text() for folder in ("fixtures", "tests/distributed_programs") for path in (root / folder).rglob("*.py")]
+    return texts
+
+
+@pytest.mark.parametrize("where, pattern", list(_guarded_patterns()), ids=lambda value: value if isinstance(value, str) else "")
+def test_a_guarded_pattern_matches_only_where_one_of_its_words_is(where, pattern):
+    """A guard word missing from a match would hide real findings: the words must be in every match."""
+    matched = 0
+    for text in _corpus():
+        for match in pattern.regex.finditer(text):
+            matched += 1
+            assert any(word in match.group(0) for word in pattern.words), (where, match.group(0))
+    assert matched, f"{where} matches nothing in the examples and fixtures: the test proves nothing"
+
+
+def test_collective_call_patterns_are_guarded_by_the_names_they_match():
+    from dplint.rules.ddp_common import collective_call_pattern
+
+    checked = 0
+    for text in _corpus():
+        pattern = collective_call_pattern(text)
+        for match in pattern.regex.finditer(text):
+            checked += 1
+            assert any(word in match.group(0) for word in pattern.words), match.group(0)
+    assert checked > 10

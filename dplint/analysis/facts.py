@@ -16,7 +16,6 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from pathlib import Path
 from typing import (
     Callable,
     Dict,
@@ -193,7 +192,7 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
     if "DataParallel" not in text and "data_parallel" not in text and "def forward" not in text and not _SUBCLASS.search(text):
         return FileFacts(module_name, filename, imports, tensor_values=tensor_values, distributed=distributed)
     classes = scan_classes(text)
-    if "DataParallel" not in text and "data_parallel" not in text:
+    if ("DataParallel" not in text and "data_parallel" not in text) or _WRAPPER_CALL_OR_ALIAS.search(text) is None:
         return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values, distributed=distributed)
     try:
         tree = ast.parse(text)
@@ -206,6 +205,10 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
     except RecursionError:  # the file's own check reports it as DPL000 "too deeply nested"
         return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values, distributed=distributed)
     return FileFacts(module_name, filename, imports, classes, tuple(visitor.wraps), tensor_values, distributed, attribute_wraps)
+
+# A wrap is a call of `DataParallel`/`data_parallel` (or `DistributedDataParallel`), by name or by an
+# alias that an import gives it: without one of these, a file that names them (in docs) has no wrap.
+_WRAPPER_CALL_OR_ALIAS = re.compile(r"(?:DataParallel|data_parallel)\s*\(|(?:DataParallel|data_parallel)\s+as\b")
 
 # Patterns that start with a newline let the regex engine jump between lines; the text gets one in front.
 _TOP_LEVEL_DEF = re.compile(r"\ndef[ \t]+(\w+)[ \t]*\(")
@@ -779,6 +782,7 @@ _SELECTS_DEVICE = re.compile(
     r"set_device[ \t]*\(|device_id[ \t]*=|cuda:\{|cuda:%|[\"']cuda:[\"'][ \t]*\+|"
     r"device\([ \t]*[\"']cuda[\"'][ \t]*,|\.(?:cuda|to)\([ \t]*[\w.]*rank\b|device_ids[ \t]*=[ \t]*\[[ \t]*[\w.]*rank\b"
 )
+_DEVICE_WORDS = ("set_device", "device_id", "cuda", "rank")  # one is in every match of _SELECTS_DEVICE
 _READS_LOCAL_RANK_ENV = re.compile(r"[\"']LOCAL_RANK[\"']")
 _SHARDS_EVALUATION = re.compile(r"DistributedSampler\((?:[^()]|\([^()]*\))*\bshuffle[ \t]*=[ \t]*False")
 _USES_CUDA = re.compile(r"\.cuda\(|[\"']cuda\b|nccl\b")
@@ -812,10 +816,10 @@ def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
         wraps_model=any(word in text for word in _WRAPPER_WORDS) and _WRAPS_DISTRIBUTED.search(text) is not None,
         sets_epoch="set_epoch" in text and _SETS_EPOCH.search(text) is not None,
         epoch_loop="poch" in text and _EPOCH_LOOP.search(text) is not None,
-        selects_device=_SELECTS_DEVICE.search(text) is not None,
+        selects_device=any(word in text for word in _DEVICE_WORDS) and _SELECTS_DEVICE.search(text) is not None,
         reads_local_rank_env="LOCAL_RANK" in text and _READS_LOCAL_RANK_ENV.search(text) is not None,
         shards_evaluation="DistributedSampler" in text and _SHARDS_EVALUATION.search(text) is not None,
-        uses_cuda=_USES_CUDA.search(text) is not None,
+        uses_cuda=("cuda" in text or "nccl" in text) and _USES_CUDA.search(text) is not None,
     )
     return facts if facts != DistributedFileFacts() else None
 

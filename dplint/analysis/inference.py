@@ -27,7 +27,7 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.analysis.facts import ProjectFacts, Wrap
-from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, dotted
+from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, dotted, run_visitor
 from dplint.rule import Rule
 
 
@@ -771,7 +771,7 @@ class Inference:
     def _calls_by_name(self) -> Dict[str, List[Tuple[cst.Call, Scope]]]:
         if self._call_sites is None:
             collector = _CallCollector(set(self.functions), self._scope_of_function, self.module_scope)
-            self.ctx.module.visit(collector)
+            run_visitor(self.ctx.module, collector)
             self._call_sites = collector.sites
         return self._call_sites
 

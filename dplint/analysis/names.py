@@ -69,9 +69,16 @@ _LAYOUT_FIELDS = ("whitespace", "lpar", "rpar", "lbracket", "rbracket", "lbrace"
 # Classes whose dataclass fields are not in source order (a libcst visitor walks them in source order).
 _SOURCE_ORDER = {
     cst.IfExp: ("body", "test", "orelse"),
-    cst.FunctionDef: ("decorators", "name", "type_parameters", "params", "returns", "body"),
+    cst.FunctionDef: ("decorators", "asynchronous", "name", "type_parameters", "params", "returns", "body"),
     cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
     cst.Parameters: ("posonly_params", "posonly_ind", "params", "star_arg", "kwonly_params", "star_kwarg"),
+    cst.Arg: ("keyword", "value"),
+    cst.ExceptHandler: ("type", "name", "body"),
+    cst.ExceptStarHandler: ("type", "name", "body"),
+    cst.ImportFrom: ("relative", "module", "names"),
+    cst.Slice: ("lower", "first_colon", "upper", "second_colon", "step"),
+    cst.SimpleStatementSuite: ("leading_whitespace", "body", "trailing_whitespace"),
+    cst.MatchCase: ("pattern", "guard", "body"),
 }
 _CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
 
@@ -100,6 +107,19 @@ def iter_calls(node: cst.CSTNode, *, into_lambdas: bool = True) -> Iterator[cst.
         elif isinstance(current, cst.Lambda) and not into_lambdas:
             continue
         pending.extend(reversed(child_nodes(current)))
+
+
+def run_visitor(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """`node.visit(visitor)` for a visitor that reads: its `visit_X`/`leave_X` methods are called in the
+    same order (`visit_X` returning False skips the children), over the nodes `child_nodes` gives.
+
+    libcst's own `visit` rebuilds every node on the way back up, even for a visitor that changes
+    nothing: on torch's sources, most of the rules' time.
+    """
+    if visitor.on_visit(node):
+        for child in child_nodes(node):
+            run_visitor(child, visitor)
+    visitor.on_leave(node)
 
 
 def child_nodes(node: cst.CSTNode) -> List[cst.CSTNode]:

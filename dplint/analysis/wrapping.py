@@ -17,7 +17,7 @@ from typing import Dict, FrozenSet, Generator, Iterable, Iterator, List, Mapping
 import libcst as cst
 
 from dplint.analysis.facts import ATTRIBUTE_WRAPPERS, MODULE_RETURNING_METHODS
-from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_small_statements
+from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_small_statements, run_visitor
 from dplint.context import FileContext
 
 # FSDP is not among them: its `state_dict()` keys are the inner module's (checked on torch 2.13), and
@@ -88,7 +88,7 @@ def handled_names(node: cst.CSTNode) -> Set[str]:
     """Names whose wrapped and unwrapped cases `node` tells apart: `hasattr(m, "module")`,
     `isinstance(m, ...)`, `getattr(m, "module", ...)`, or a read of `m.module`."""
     finder = _HandledFinder()
-    node.visit(finder)
+    run_visitor(node, finder)
     return finder.names[0]
 
 
@@ -97,7 +97,7 @@ def handled_by_if(ctx: FileContext) -> Dict[int, FrozenSet[str]]:
 
     def find() -> Dict[int, FrozenSet[str]]:
         finder = _HandledFinder()
-        ctx.module.visit(finder)
+        run_visitor(ctx.module, finder)
         return finder.by_if
 
     return ctx.memo("handled-by-if", find)
