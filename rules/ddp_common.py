@@ -56,6 +56,8 @@ def collective_call_pattern(text: str) -> GuardedPattern:
     torch.distributed, `torch.distributed.barrier(`, and a bare `all_reduce(` only where the file
     imports a collective by name. `torch.gather(` or `x.scatter(` are not collectives.
     """
+    if not any(name in text for name in COLLECTIVE_NAMES):  # a match, or the import of a bare alias, names one
+        return GuardedPattern("(?!)", [])
     prefixes = {r"\w*distributed", r"distributed_c10d"}
     bare: Set[str] = set()
     bare_names: Set[str] = set()  # every match holds one of these or of COLLECTIVE_NAMES

@@ -5,7 +5,7 @@ from typing import Iterable, List
 
 from dplint.context import FileContext
 from dplint.finding import Finding
-from dplint.rule import Invalid, Valid
+from dplint.rule import GuardedPattern, Invalid, Valid
 from dplint.suppression import DPL_CODE, NoqaDirective, Suppressions, SuppressionRule
 
 
@@ -38,7 +38,7 @@ class UnknownNoqaCode(SuppressionRule):
     name = "unknown-noqa-code"
     summary = "A `# noqa` comment names a DPL code that no dplint rule has."
     severity = "warning"
-    triggers = re.compile(r"noqa[ \t]*:[^\n]*DPL", re.I)
+    triggers = GuardedPattern(r"noqa[ \t]*:[^\n]*DPL", ["noqa", "NOQA", "NoQA", "Noqa"], re.I)
 
     VALID = [
         Valid("import torch\nx = torch.zeros(3)\nx.to('cuda')  # noqa: DPL101\n"),

@@ -64,15 +64,17 @@ def _guarded_patterns():
     import dplint.rules
     from dplint.rule import GuardedPattern
 
+    found = {}
     for info in pkgutil.iter_modules(dplint.rules.__path__):
         module = importlib.import_module(f"dplint.rules.{info.name}")
         for name, value in vars(module).items():
             if isinstance(value, GuardedPattern):
-                yield f"{info.name}.{name}", value
+                found.setdefault(id(value), (f"{info.name}.{name}", value))
     for rule in CHECKS:
         for name in ("triggers", "requires"):
             if isinstance(getattr(rule, name), GuardedPattern):
-                yield f"{rule.code}.{name}", getattr(rule, name)
+                found.setdefault(id(getattr(rule, name)), (f"{rule.code}.{name}", getattr(rule, name)))
+    return list(found.values())
 
 
 def _corpus():
