@@ -139,6 +139,12 @@ def mentions(expr: cst.CSTNode, pattern: "re.Pattern[str]") -> bool:
     return any(pattern.search(word) for word in collector.words)
 
 
+def names_a_rank(word: str) -> bool:
+    """Whether an identifier can make an `if` test or a decorator rank-dependent, by what `is_rank_test`
+    and `is_rank_zero_decorated` look for."""
+    return bool(_RANK_WORD.search(word) or _RANK_PREDICATE.match(word) or _RANK_ZERO_DECORATOR.search(word))
+
+
 def mentions_rank(expr: cst.CSTNode) -> bool:
     return mentions(expr, _RANK_WORD)
 

@@ -26,6 +26,7 @@ from dplint.rules.ddp_common import (
     is_rank_test,
     iter_scopes,
     iter_sites,
+    names_a_rank,
     passed_parameters,
     scope_calls,
     wrapped_names,
@@ -268,7 +269,7 @@ class RankConditionalCollective(Rule):
         return NAMES_A_DISTRIBUTED_MODEL.search(text) is not None or collective_call_pattern(text).search(text) is not None
 
     def applies_to_outline(self, outline: Outline) -> bool:
-        return any(_RANK_CONDITION_WORD.search(word) for word in outline.condition_words)
+        return any(names_a_rank(word) for word in outline.condition_words)
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         callees = _Callees(ctx)

@@ -148,6 +148,13 @@ def test_libcst_parses_only_files_whose_code_has_what_a_rule_needs(tmp_path, mon
     assert parsed == [(tmp_path / "real.py").read_text()]
 
 
+def test_the_outline_keeps_every_rank_condition_the_rule_recognises(tmp_path):
+    # `is_main` is a rank predicate to DPL507 though not one of its trigger's words; the trigger
+    # passes this file on the comment, and the outline must not drop it for the comment's sake.
+    write(tmp_path, "save.py", "import torch.distributed as dist\n# if rank 0: save\nif is_main:\n    dist.barrier()\n")
+    assert codes(lint(tmp_path, cache=False, jobs=1)) == [("save.py", 4, "DPL507")]
+
+
 def test_parallel_run_gives_the_serial_findings(tmp_path):
     for index in range(60):
         body = "import torch\nx = torch.zeros(3)\n" + ("x.cuda()\n" if index % 3 == 0 else "x = x.cuda()\n")
