@@ -14,7 +14,7 @@ import pickle
 import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from dplint import __version__
 from dplint.engine import FileResult
@@ -77,17 +77,19 @@ class Cache:
     scanned: Dict[str, Scanned] = field(default_factory=dict)
     checked: Dict[str, Checked] = field(default_factory=dict)
     dirty: bool = False  # whether this run added anything worth writing back
+    # The layout of the facts and the stamp of dplint's sources: a stored cache must match both.
+    format: Tuple[object, ...] = ()
 
     @classmethod
     def open(cls, root: Path, settings_digest: str, enabled: bool) -> "Cache":
         if not enabled:
             return cls(None)
         path = root / CACHE_DIR / __version__ / f"{settings_digest}.pickle"
-        cache = cls(path)
+        cache = cls(path, format=(FORMAT, code_stamp()))
         try:
             with path.open("rb") as handle:
                 stored_format, cache.scanned, cache.checked = pickle.load(handle)
-            if stored_format != (FORMAT, code_stamp()):
+            if stored_format != cache.format:
                 cache.scanned, cache.checked = {}, {}
         except Exception:  # missing, truncated or from another format: start afresh
             cache.scanned, cache.checked = {}, {}
@@ -122,7 +124,7 @@ class Cache:
                     (top / name).write_text(content)
             handle, temporary = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
             with os.fdopen(handle, "wb") as stream:
-                pickle.dump(((FORMAT, code_stamp()), self.scanned, self.checked), stream, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump((self.format, self.scanned, self.checked), stream, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(temporary, self.path)
         except OSError:
             pass  # a read-only checkout still lints, just without a cache
