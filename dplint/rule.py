@@ -6,7 +6,7 @@ import inspect
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, ClassVar, Iterable, Optional, Sequence, Tuple, Union
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -15,29 +15,7 @@ if TYPE_CHECKING:
     from dplint.finding import FileReference
     from dplint.analysis.facts import ProjectFacts
     from dplint.analysis.outline import Outline
-
-
-class GuardedPattern:
-    """A regex searched only in a text holding one of `words`, strings that every match contains (as
-    real code spells them, for a case-insensitive regex).
-
-    Python's `re` tries a pattern that opens with `\\b`, a class, a lookbehind, an alternation or
-    IGNORECASE at every position of the text: about 2 s over torch's 49 MB of sources for one trigger.
-    `in` finds a word at memory speed, and most files hold none.
-    """
-
-    def __init__(self, pattern: str, words: Sequence[str], flags: int = 0) -> None:
-        self.regex = re.compile(pattern, flags)
-        self.words = tuple(words)
-
-    def _holds_a_word(self, text: str) -> bool:
-        return any(word in text for word in self.words)
-
-    def search(self, text: str) -> Optional["re.Match[str]"]:
-        return self.regex.search(text) if self._holds_a_word(text) else None
-
-    def finditer(self, text: str) -> Iterator["re.Match[str]"]:
-        return self.regex.finditer(text) if self._holds_a_word(text) else iter(())
+    from dplint.analysis.patterns import GuardedPattern
 
 
 @dataclass(frozen=True)
@@ -109,9 +87,9 @@ class Rule:
     # Checked only at runtime, by `dplint.runtime` (the pytest plugin); there is nothing to lint statically.
     runtime_only: ClassVar[bool] = False
     # A file whose text matches none of the enabled rules' triggers is never parsed.
-    triggers: ClassVar[Optional[Union["re.Pattern[str]", GuardedPattern]]] = None
+    triggers: ClassVar[Optional[Union["re.Pattern[str]", "GuardedPattern"]]] = None
     # What the text must also show for the rule to find anything (e.g. that it uses torch.distributed).
-    requires: ClassVar[Optional[Union["re.Pattern[str]", GuardedPattern]]] = None
+    requires: ClassVar[Optional[Union["re.Pattern[str]", "GuardedPattern"]]] = None
     # Rules that report only in files of a program that starts a process group (project facts).
     distributed_programs_only: ClassVar[bool] = False
     VALID: ClassVar[Sequence[Valid]] = ()

@@ -5,9 +5,10 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from dplint.analysis.names import Body, child_blocks, dotted
+from dplint.analysis.names import Body, child_blocks, dotted, names_in
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import (
     DDP,
     INIT_PROCESS_GROUP,
@@ -62,7 +63,7 @@ def _unguarded(ctx: FileContext, scope: ScopeInfo, functions: frozenset, path_in
 def _is_process_local(ctx: FileContext, path: cst.BaseExpression, local: Set[str]) -> bool:
     if any(ctx.qualify(call.func) in PROCESS_LOCAL for call in calls_in(path)):
         return True
-    return bool(local) and any(isinstance(node, cst.Name) and node.value in local for node in _nodes(path))
+    return bool(local) and not local.isdisjoint(names_in(path))
 
 
 def _process_local_names(ctx: FileContext, body: Body) -> Set[str]:
@@ -75,12 +76,12 @@ def _process_local_names(ctx: FileContext, body: Body) -> Set[str]:
         if isinstance(statement, cst.With):
             for item in statement.items:
                 if item.asname is not None and _makes_process_local(ctx, item.item):
-                    found.update(_bound_names(item.asname.name))
+                    found |= names_in(item.asname.name)
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
                 if isinstance(small, cst.Assign) and _makes_process_local(ctx, small.value):
                     for target in small.targets:
-                        found.update(_bound_names(target.target))
+                        found |= names_in(target.target)
         elif isinstance(statement, cst.BaseCompoundStatement):
             for block in child_blocks(statement):
                 found |= _process_local_names(ctx, block)
@@ -89,18 +90,6 @@ def _process_local_names(ctx: FileContext, body: Body) -> Set[str]:
 
 def _makes_process_local(ctx: FileContext, value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.Call) and ctx.qualify(value.func) in PROCESS_LOCAL
-
-
-def _bound_names(target: cst.BaseExpression) -> List[str]:
-    return [node.value for node in _nodes(target) if isinstance(node, cst.Name)]
-
-
-def _nodes(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    pending: List[cst.CSTNode] = [expr]
-    while pending:
-        node = pending.pop()
-        yield node
-        pending.extend(node.children)
 
 
 def _runs_on_every_rank(ctx: FileContext, scope: ScopeInfo) -> bool:

@@ -7,8 +7,9 @@ import libcst as cst
 
 from dplint.analysis.names import run_visitor
 from dplint.context import FileContext
-from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.facts import ProjectFacts
+from dplint.analysis.patterns import GuardedPattern
 from dplint.rules.ddp_common import ASYNC_OP_POSITION, argument, collective_call_pattern, collective_name, is_literal
 
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from dplint.analysis.facts import DistributedProgram, FileFacts, scan_distributed, scan_imports
-from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_calls, run_visitor, signed_integer_value
+from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_calls, names_in, signed_integer_value
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.rule import GuardedPattern
 
 DISTRIBUTED = "torch.distributed"
 DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
@@ -49,6 +50,7 @@ _IMPORT_STATEMENT = re.compile(
 _COLLECTIVE_ALTERNATIVES = "|".join(sorted(COLLECTIVE_NAMES, key=len, reverse=True))
 
 
+@lru_cache(maxsize=1)  # DPL507 and DPL512 ask for the same file's pattern in turn
 def collective_call_pattern(text: str) -> GuardedPattern:
     """A pattern for the calls in `text` that can be torch.distributed collectives, read from its imports.
 
@@ -134,9 +136,7 @@ def is_literal(expr: Optional[cst.BaseExpression], value: object) -> bool:
 
 def mentions(expr: cst.CSTNode, pattern: "re.Pattern[str]") -> bool:
     """Whether any name or attribute in `expr` matches `pattern`."""
-    collector = _Identifiers()
-    run_visitor(expr, collector)
-    return any(pattern.search(word) for word in collector.words)
+    return any(pattern.search(word) for word in names_in(expr))
 
 
 def names_a_rank(word: str) -> bool:
@@ -155,17 +155,6 @@ def looks_like_evaluation(expr: cst.CSTNode) -> bool:
 
 def is_evaluation_name(name: str) -> bool:
     return any(_EVALUATION_WORD.search(part) for part in name.split("."))
-
-
-class _Identifiers(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.words: List[str] = []
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.words.append(node.value)
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> bool:
-        return False
 
 
 def is_rank_test(expr: cst.BaseExpression) -> bool:

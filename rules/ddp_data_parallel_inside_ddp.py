@@ -6,9 +6,10 @@ import libcst as cst
 
 from dplint.analysis.facts import DATA_PARALLEL, MODULE_RETURNING_METHODS, ProjectFacts
 from dplint.context import FileContext
-from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.names import dotted, iter_calls
 from dplint.analysis.wrapping import Point, scope_points
+from dplint.analysis.patterns import GuardedPattern
 from dplint.rules.ddp_common import DDP, argument
 
 

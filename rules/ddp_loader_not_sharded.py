@@ -6,8 +6,9 @@ from typing import Iterator, List
 import libcst as cst
 
 from dplint.analysis.names import block_body, run_visitor
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import (
     DATA_LOADERS,
     ScopeInfo,

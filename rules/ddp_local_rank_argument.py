@@ -4,8 +4,9 @@ from typing import Iterator, List
 
 import libcst as cst
 
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import calls_in, program_or_file
 
 

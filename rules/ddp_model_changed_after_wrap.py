@@ -8,8 +8,9 @@ import libcst as cst
 from dplint.analysis.facts import MODULE_RETURNING_METHODS
 from dplint.analysis.inference import is_module_class_name
 from dplint.analysis.names import dotted
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import DDP, USES_DISTRIBUTED, argument, calls_in, iter_scopes, iter_sites, wrap_of
 
 CASTS = frozenset({"half", "double", "bfloat16"})

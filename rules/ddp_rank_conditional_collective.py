@@ -10,8 +10,9 @@ import libcst as cst
 from dplint.analysis.names import Body, block_body, child_blocks, dotted
 from dplint.analysis.outline import Outline
 from dplint.context import FileContext
-from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.facts import ProjectFacts
+from dplint.analysis.patterns import GuardedPattern
 from dplint.rules.ddp_common import (
     NAMES_A_DISTRIBUTED_MODEL,
     USES_DISTRIBUTED,

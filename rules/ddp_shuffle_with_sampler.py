@@ -5,8 +5,9 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.analysis.names import dotted
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import (
     DATA_LOADERS,
     ScopeInfo,

@@ -8,7 +8,8 @@ import libcst as cst
 from dplint.context import FileContext
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.names import decimal_value, iter_calls, iter_small_statements
-from dplint.rule import FixSpec, GuardedPattern, Invalid, NodeEdit, Report, Rule, Valid
+from dplint.analysis.patterns import GuardedPattern
+from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 # c10/core/Device.cpp parses "type[:index]" with this grammar; the type is case-sensitive.
 DEVICE = re.compile(r"(?P<type>[a-zA-Z_]+)(?::(?P<index>[1-9]\d*|0))?")

@@ -3,9 +3,10 @@ from __future__ import annotations
 import re
 from typing import Iterable, List
 
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.finding import Finding
-from dplint.rule import GuardedPattern, Invalid, Valid
+from dplint.rule import Invalid, Valid
 from dplint.suppression import DPL_CODE, NoqaDirective, Suppressions, SuppressionRule
 
 

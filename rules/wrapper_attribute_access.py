@@ -8,8 +8,9 @@ import libcst as cst
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.names import dotted, run_visitor
 from dplint.analysis.wrapping import WrapSite, describe, handled_names, scope_points
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Rule, Valid
 
 # What DataParallel and DistributedDataParallel have themselves: nn.Module's API and the wrappers' own
 # (DistributedDataParallel's public attributes and methods as of torch 2.13, read from its source).

@@ -6,10 +6,11 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional,
 import libcst as cst
 
 from dplint.analysis.facts import ProjectFacts
-from dplint.analysis.names import Body, child_blocks, dotted, iter_calls, run_visitor, signed_integer_value
+from dplint.analysis.names import Body, child_blocks, dotted, iter_calls, names_in, run_visitor, signed_integer_value
 from dplint.analysis.wrapping import Point, WrapSite, describe, handled_names, scopes
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.rule import GuardedPattern, Invalid, Report, Rule, Valid
+from dplint.rule import Invalid, Report, Rule, Valid
 
 PREFIX = "module."
 # A string naming the prefix to strip, spelt right or not (`"modules."` never matches a key).
@@ -219,7 +220,7 @@ class WrapperStateDictPrefix(Rule):
                 for arg in save.args:
                     for call, owner in _state_dict_calls(arg.value, wrapped):
                         yield self._report(ctx, call, owner, wrapped[owner], small)
-                    for name in _names_in(arg.value):
+                    for name in names_in(arg.value):
                         for call, owner, sites, statement in held.pop(name, ()):
                             yield self._report(ctx, call, owner, sites, statement)
             target = _assigned_name(small)
@@ -284,20 +285,6 @@ def _state_dict_calls(node: Optional[cst.CSTNode], wrapped: Mapping[str, object]
     collector = _StateDictCollector(wrapped)
     run_visitor(node, collector)
     return collector.found
-
-
-class _NameCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: Set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-
-def _names_in(node: cst.CSTNode) -> Set[str]:
-    collector = _NameCollector()
-    run_visitor(node, collector)
-    return collector.names
 
 
 def _assigned_name(small: cst.BaseSmallStatement) -> Optional[str]:

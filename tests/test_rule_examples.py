@@ -62,14 +62,14 @@ def _guarded_patterns():
     import pkgutil
 
     import dplint.rules
-    from dplint.rule import GuardedPattern
+    from dplint.analysis.patterns import GuardedPattern
 
     found = {}
-    for info in pkgutil.iter_modules(dplint.rules.__path__):
-        module = importlib.import_module(f"dplint.rules.{info.name}")
-        for name, value in vars(module).items():
+    modules = ["dplint.analysis.facts"] + [f"dplint.rules.{info.name}" for info in pkgutil.iter_modules(dplint.rules.__path__)]
+    for module_name in modules:
+        for name, value in vars(importlib.import_module(module_name)).items():
             if isinstance(value, GuardedPattern):
-                found.setdefault(id(value), (f"{info.name}.{name}", value))
+                found.setdefault(id(value), (f"{module_name.rpartition('.')[2]}.{name}", value))
     for rule in CHECKS:
         for name in ("triggers", "requires"):
             if isinstance(getattr(rule, name), GuardedPattern):

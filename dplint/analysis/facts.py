@@ -30,6 +30,7 @@ from typing import (
 )
 
 from dplint.analysis.modules import ModuleIndex
+from dplint.analysis.patterns import GuardedPattern
 
 # Third-party packages that import torch when imported; importing one counts as importing torch.
 TORCH_LIBRARIES = frozenset(
@@ -192,7 +193,7 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
     if "DataParallel" not in text and "data_parallel" not in text and "def forward" not in text and not _SUBCLASS.search(text):
         return FileFacts(module_name, filename, imports, tensor_values=tensor_values, distributed=distributed)
     classes = scan_classes(text)
-    if ("DataParallel" not in text and "data_parallel" not in text) or _WRAPPER_CALL_OR_ALIAS.search(text) is None:
+    if _WRAPPER_CALL_OR_ALIAS.search(text) is None:
         return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values, distributed=distributed)
     try:
         tree = ast.parse(text)
@@ -208,7 +209,9 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
 
 # A wrap is a call of `DataParallel`/`data_parallel` (or `DistributedDataParallel`), by name or by an
 # alias that an import gives it: without one of these, a file that names them (in docs) has no wrap.
-_WRAPPER_CALL_OR_ALIAS = re.compile(r"(?:DataParallel|data_parallel)\s*\(|(?:DataParallel|data_parallel)\s+as\b")
+_WRAPPER_CALL_OR_ALIAS = GuardedPattern(
+    r"(?:DataParallel|data_parallel)\s*\(|(?:DataParallel|data_parallel)\s+as\b", ["DataParallel", "data_parallel"]
+)
 
 # Patterns that start with a newline let the regex engine jump between lines; the text gets one in front.
 _TOP_LEVEL_DEF = re.compile(r"\ndef[ \t]+(\w+)[ \t]*\(")
@@ -772,24 +775,24 @@ def _prefixes(module: str) -> Iterable[str]:
 
 # ----- distributed programs (DDP, torchrun) ------------------------------------------------------------
 
-_STARTS_PROCESS_GROUP = re.compile(r"(?<!def )\binit_process_group[ \t]*\(")
-_WRAPS_DISTRIBUTED = re.compile(r"\b(?:DistributedDataParallel|DDP|FullyShardedDataParallel|FSDP|fully_shard)[ \t]*\(")
-_SETS_EPOCH = re.compile(r"\.set_epoch[ \t]*\(|\bdef[ \t]+set_epoch\b")
-_EPOCH_LOOP = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:for|while)\b[^\n#]*epoch", re.M | re.I)
+_STARTS_PROCESS_GROUP = GuardedPattern(r"(?<!def )\binit_process_group[ \t]*\(", ["init_process_group"])
+_WRAPS_DISTRIBUTED = GuardedPattern(
+    r"\b(?:DistributedDataParallel|DDP|FullyShardedDataParallel|FSDP|fully_shard)[ \t]*\(",
+    ["DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP", "fully_shard"],
+)
+_SETS_EPOCH = GuardedPattern(r"\.set_epoch[ \t]*\(|\bdef[ \t]+set_epoch\b", ["set_epoch"])
+_EPOCH_LOOP = GuardedPattern(r"^[ \t]*(?:async[ \t]+)?(?:for|while)\b[^\n#]*epoch", ["poch"], re.M | re.I)
 # `torch.cuda.set_device(local_rank)`, `init_process_group(device_id=...)`, `f"cuda:{local_rank}"`,
 # `torch.device("cuda", rank)`, `.cuda(local_rank)`, `.to(rank)`: the rank's own GPU is chosen somewhere.
-_SELECTS_DEVICE = re.compile(
+_SELECTS_DEVICE = GuardedPattern(
     r"set_device[ \t]*\(|device_id[ \t]*=|cuda:\{|cuda:%|[\"']cuda:[\"'][ \t]*\+|"
-    r"device\([ \t]*[\"']cuda[\"'][ \t]*,|\.(?:cuda|to)\([ \t]*[\w.]*rank\b|device_ids[ \t]*=[ \t]*\[[ \t]*[\w.]*rank\b"
+    r"device\([ \t]*[\"']cuda[\"'][ \t]*,|\.(?:cuda|to)\([ \t]*[\w.]*rank\b|device_ids[ \t]*=[ \t]*\[[ \t]*[\w.]*rank\b",
+    ["set_device", "device_id", "cuda", "rank"],
 )
-_DEVICE_WORDS = ("set_device", "device_id", "cuda", "rank")  # one is in every match of _SELECTS_DEVICE
-_READS_LOCAL_RANK_ENV = re.compile(r"[\"']LOCAL_RANK[\"']")
-_SHARDS_EVALUATION = re.compile(r"DistributedSampler\((?:[^()]|\([^()]*\))*\bshuffle[ \t]*=[ \t]*False")
-_USES_CUDA = re.compile(r"\.cuda\(|[\"']cuda\b|nccl\b")
+_READS_LOCAL_RANK_ENV = GuardedPattern(r"[\"']LOCAL_RANK[\"']", ["LOCAL_RANK"])
+_SHARDS_EVALUATION = GuardedPattern(r"DistributedSampler\((?:[^()]|\([^()]*\))*\bshuffle[ \t]*=[ \t]*False", ["DistributedSampler"])
+_USES_CUDA = GuardedPattern(r"\.cuda\(|[\"']cuda\b|nccl\b", ["cuda", "nccl"])
 _DISTRIBUTED_WORDS = ("istributed", "DDP", "FSDP", "fully_shard", "epoch", "LOCAL_RANK", "cuda", "set_device")
-_WRAPPER_WORDS = ("DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP", "fully_shard")
-# (Each regex search is guarded by a substring test: a pattern that starts with `\b` or a lookbehind
-# cannot skip ahead to a literal, and pass 1 runs them on every file of the project.)
 # Frameworks that build the sampler, call `set_epoch` and own the device placement themselves.
 TRAINER_FRAMEWORKS = frozenset({"pytorch_lightning", "lightning", "lightning_fabric", "accelerate"})
 
@@ -812,14 +815,14 @@ def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
     if not any(word in text for word in _DISTRIBUTED_WORDS):
         return None
     facts = DistributedFileFacts(
-        starts_process_group="init_process_group" in text and _STARTS_PROCESS_GROUP.search(text) is not None,
-        wraps_model=any(word in text for word in _WRAPPER_WORDS) and _WRAPS_DISTRIBUTED.search(text) is not None,
-        sets_epoch="set_epoch" in text and _SETS_EPOCH.search(text) is not None,
-        epoch_loop="poch" in text and _EPOCH_LOOP.search(text) is not None,
-        selects_device=any(word in text for word in _DEVICE_WORDS) and _SELECTS_DEVICE.search(text) is not None,
-        reads_local_rank_env="LOCAL_RANK" in text and _READS_LOCAL_RANK_ENV.search(text) is not None,
-        shards_evaluation="DistributedSampler" in text and _SHARDS_EVALUATION.search(text) is not None,
-        uses_cuda=("cuda" in text or "nccl" in text) and _USES_CUDA.search(text) is not None,
+        starts_process_group=_STARTS_PROCESS_GROUP.search(text) is not None,
+        wraps_model=_WRAPS_DISTRIBUTED.search(text) is not None,
+        sets_epoch=_SETS_EPOCH.search(text) is not None,
+        epoch_loop=_EPOCH_LOOP.search(text) is not None,
+        selects_device=_SELECTS_DEVICE.search(text) is not None,
+        reads_local_rank_env=_READS_LOCAL_RANK_ENV.search(text) is not None,
+        shards_evaluation=_SHARDS_EVALUATION.search(text) is not None,
+        uses_cuda=_USES_CUDA.search(text) is not None,
     )
     return facts if facts != DistributedFileFacts() else None
 

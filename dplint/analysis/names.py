@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -120,6 +120,19 @@ def run_visitor(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
         for child in child_nodes(node):
             run_visitor(child, visitor)
     visitor.on_leave(node)
+
+
+def names_in(node: cst.CSTNode) -> Set[str]:
+    """The identifiers of every `Name` inside a node, attribute names included (`a.b` holds `a` and `b`)."""
+    found: Set[str] = set()
+    pending: List[cst.CSTNode] = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Name):
+            found.add(current.value)
+        else:
+            pending.extend(child_nodes(current))
+    return found
 
 
 def child_nodes(node: cst.CSTNode) -> List[cst.CSTNode]:
