@@ -6,6 +6,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.analysis.facts import Wrap
 from dplint.analysis.inference import Binding, Inference, Kind, Scope, WrappedForwardRule
@@ -515,7 +516,10 @@ class BatchDimMovedInForward(WrappedForwardRule):
     code = "DPL301"
     name = "batch-dim-moved-in-forward"
     summary = "`forward` of a DataParallel-wrapped module returns its batch dimension away from the gather dim."
-    triggers = re.compile(r"permute|transpose|swapaxes|swapdims|movedim|moveaxis|\.t\(\)|\.T\b|rearrange")
+    triggers = GuardedPattern(
+        r"permute|transpose|swapaxes|swapdims|movedim|moveaxis|\.t\(\)|\.T\b|rearrange",
+        ["permute", "transpose", "swapaxes", "swapdims", "movedim", "moveaxis", ".t()", ".T", "rearrange"],
+    )
 
     VALID = [
         Valid(

@@ -10,7 +10,7 @@ from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.patterns import GuardedPattern
-from dplint.rules.ddp_common import ASYNC_OP_POSITION, argument, collective_call_pattern, collective_name, is_literal
+from dplint.rules.ddp_common import ASYNC_OP_POSITION, argument, collective_calls, collective_name, is_literal
 
 
 class CollectiveResultAssigned(Rule):
@@ -48,7 +48,7 @@ class CollectiveResultAssigned(Rule):
     summary = "The result of an in-place collective (`None`) assigned or used: `x = dist.all_reduce(x)`."
     # Collectives are qualified names of torch.distributed: the file imports it (or names it in full),
     # and then `applies_to` looks for a call of one whose result is used.
-    requires = GuardedPattern(r"torch\.distributed|from\s+torch\s+import[^\n]*\bdistributed\b", ["distributed"])
+    requires = GuardedPattern(r"torch\.distributed|from[ \t]+torch[ \t]+import[^\n]*\bdistributed\b", ["distributed"], one_line=True)
 
     VALID = [
         Valid(
@@ -130,7 +130,7 @@ class CollectiveResultAssigned(Rule):
     def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
         if not super().applies_to(text, module_classes, project):
             return False
-        return any(_result_used(text, call) for call in collective_call_pattern(text).finditer(text))
+        return any(_result_used(text, call) for call in collective_calls(text).finditer(text))
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         visitor = _UsedResults(ctx)

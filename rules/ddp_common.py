@@ -44,49 +44,84 @@ ASYNC_OP_POSITION = {
 NAMES_A_DISTRIBUTED_MODEL = GuardedPattern(
     r"DistributedDataParallel|FullyShardedDataParallel|fully_shard", ["DistributedDataParallel", "FullyShardedDataParallel", "fully_shard"]
 )
+# Searched in "\n" + text: a pattern that opens with a newline lets the regex engine jump between lines.
 _IMPORT_STATEMENT = re.compile(
-    r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]*))", re.M
+    r"\n[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]*))"
 )
 _COLLECTIVE_ALTERNATIVES = "|".join(sorted(COLLECTIVE_NAMES, key=len, reverse=True))
 
 
-@lru_cache(maxsize=1)  # DPL507 and DPL512 ask for the same file's pattern in turn
-def collective_call_pattern(text: str) -> GuardedPattern:
-    """A pattern for the calls in `text` that can be torch.distributed collectives, read from its imports.
+_COLLECTIVE_NAME_CALL = re.compile(rf"(?:{_COLLECTIVE_ALTERNATIVES})[ \t]*\(")
+_NO_MATCH = re.compile("(?!)")
+
+
+class CollectiveCalls:
+    """The calls in one text that can be torch.distributed collectives, read from its imports.
 
     Cheap and generous (a prefilter): `dist.all_reduce(` for any alias bound to a module of
     torch.distributed, `torch.distributed.barrier(`, and a bare `all_reduce(` only where the file
     imports a collective by name. `torch.gather(` or `x.scatter(` are not collectives.
+
+    `regex` says what a call is, but opening with `(?:\w+\.)*` it is tried at every position of the
+    text (5 s over torch's sources); a call is looked for where a collective's name is followed by
+    `(`, and `regex` is matched from the start of the dotted name before it.
     """
-    if not any(name in text for name in COLLECTIVE_NAMES):  # a match, or the import of a bare alias, names one
-        return GuardedPattern("(?!)", [])
-    prefixes = {r"\w*distributed", r"distributed_c10d"}
-    bare: Set[str] = set()
-    bare_names: Set[str] = set()  # every match holds one of these or of COLLECTIVE_NAMES
-    for match in _IMPORT_STATEMENT.finditer(text):
-        source, imported, modules = match.groups()
-        from_distributed = modules is None and ("distributed" in source or "c10d" in source or not source.strip("."))
-        for item in (imported or modules).strip("()").split(","):
-            original, _, alias = (part.strip() for part in item.strip().partition(" as "))
-            bound = alias or original
-            if original == "*" and from_distributed:
-                bare.add(_COLLECTIVE_ALTERNATIVES)
-            elif not bound.isidentifier():
+
+    def __init__(self, text: str) -> None:
+        self.regex = _NO_MATCH
+        self._names = _NO_MATCH
+        if not any(name in text for name in COLLECTIVE_NAMES):  # a match, or the import of a bare alias, names one
+            return
+        prefixes = {r"\w*distributed", r"distributed_c10d"}
+        bare: Set[str] = set()
+        for match in _IMPORT_STATEMENT.finditer("\n" + text):
+            source, imported, modules = match.groups()
+            from_distributed = modules is None and ("distributed" in source or "c10d" in source or not source.strip("."))
+            for item in (imported or modules).strip("()").split(","):
+                original, _, alias = (part.strip() for part in item.strip().partition(" as "))
+                bound = alias or original
+                if original == "*" and from_distributed:
+                    bare.add(_COLLECTIVE_ALTERNATIVES)
+                elif not bound.isidentifier():
+                    continue
+                elif from_distributed and original in COLLECTIVE_NAMES:
+                    bare.add(re.escape(bound))
+                elif from_distributed or "distributed" in original or "c10d" in original:
+                    if modules is None or alias:
+                        prefixes.add(re.escape(bound))
+        qualified = rf"(?:{'|'.join(sorted(prefixes))})\.(?:{_COLLECTIVE_ALTERNATIVES})"
+        alternatives = [qualified] + ([f"(?:{'|'.join(sorted(bare))})"] if bare else [])
+        self.regex = re.compile(rf"(?<![\w.])(?:\w+\.)*(?:{'|'.join(alternatives)})[ \t]*\(")
+        self._names = re.compile(rf"(?:{'|'.join(sorted(bare))}|{_COLLECTIVE_ALTERNATIVES})[ \t]*\(") if bare else _COLLECTIVE_NAME_CALL
+
+    def finditer(self, text: str) -> Iterator["re.Match[str]"]:
+        """The matches of `regex` in `text`, found from the names that end them."""
+        for name in self._names.finditer(text):
+            start = name.start()
+            if start and _continues_a_word(text[start - 1]):
                 continue
-            elif from_distributed and original in COLLECTIVE_NAMES:
-                bare.add(re.escape(bound))
-                bare_names.add(bound)
-            elif from_distributed or "distributed" in original or "c10d" in original:
-                if modules is None or alias:
-                    prefixes.add(re.escape(bound))
-    qualified = rf"(?:{'|'.join(sorted(prefixes))})\.(?:{_COLLECTIVE_ALTERNATIVES})"
-    alternatives = [qualified] + ([f"(?:{'|'.join(sorted(bare))})"] if bare else [])
-    return GuardedPattern(rf"(?<![\w.])(?:\w+\.)*(?:{'|'.join(alternatives)})[ \t]*\(", sorted(COLLECTIVE_NAMES | bare_names))
+            while start and (text[start - 1] == "." or _continues_a_word(text[start - 1])):
+                start -= 1
+            match = self.regex.match(text, start)
+            if match is not None:
+                yield match
+
+    def search(self, text: str) -> Optional["re.Match[str]"]:
+        return next(self.finditer(text), None)
+
+
+def _continues_a_word(character: str) -> bool:
+    return character.isalnum() or character == "_"  # what `\w` matches
+
+
+@lru_cache(maxsize=1)  # DPL507 and DPL512 ask for the same file's calls in turn
+def collective_calls(text: str) -> CollectiveCalls:
+    return CollectiveCalls(text)
 
 
 # A file that never names torch.distributed, DDP or FSDP has no collective and no DDP model of its own.
 USES_DISTRIBUTED = GuardedPattern(
-    r"distributed|FSDP|fully_shard", ["istributed", "ISTRIBUTED", "FSDP", "fsdp", "Fsdp", "ully_shard", "ULLY_SHARD"], re.IGNORECASE
+    r"distributed|FSDP|fully_shard", ["istributed", "ISTRIBUTED", "FSDP", "fsdp", "Fsdp", "ully_shard", "ULLY_SHARD"], re.IGNORECASE, one_line=True
 )
 # An identifier naming the rank or a rank-zero predicate: `rank`, `local_rank`, `dist.get_rank`,
 # `is_main_process`, `master_process`, `trainer.is_global_zero`, `rank_zero_only`.

@@ -46,7 +46,7 @@ class DataParallelInsideDdp(Rule):
     code = "DPL514"
     name = "data-parallel-inside-ddp"
     summary = "`DistributedDataParallel(nn.DataParallel(...))`: two data-parallel wrappers, an unsupported mode."
-    triggers = GuardedPattern(r"DistributedDataParallel|\bDDP\b", ["DistributedDataParallel", "DDP"])
+    triggers = GuardedPattern(r"DistributedDataParallel|\bDDP\b", ["DistributedDataParallel", "DDP"], one_line=True)
 
     VALID = [
         Valid(

@@ -62,7 +62,7 @@ class TrainingLoaderNotSharded(Rule):
     code = "DPL503"
     name = "training-loader-not-sharded"
     summary = "A DDP program's training loader has no `DistributedSampler`: every rank trains on the same data."
-    triggers = GuardedPattern(r"shuffle[ \t]*=[ \t]*True|IterableDataset", ["shuffle", "IterableDataset"])
+    triggers = GuardedPattern(r"shuffle[ \t]*=[ \t]*True|IterableDataset", ["shuffle", "IterableDataset"], one_line=True)
     distributed_programs_only = True
 
     VALID = [

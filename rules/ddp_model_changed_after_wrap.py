@@ -22,7 +22,7 @@ LOW_PRECISION_DTYPES = frozenset(
 
 @dataclass
 class _Wrap:
-    line: int
+    statement: cst.BaseSmallStatement  # its line is looked up only for a message
     wrappers: Set[str]  # names bound to the DDP model
     inner: Set[str]  # names of the wrapped module: the original name, `ddp.module`
     moved_before: bool
@@ -68,7 +68,7 @@ class ModelChangedAfterDdpWrap(Rule):
     code = "DPL511"
     name = "model-changed-after-ddp-wrap"
     summary = "Parameters loaded on one rank, cast, moved or replaced after the DDP wrap: replicas drift apart."
-    triggers = GuardedPattern(r"DistributedDataParallel|\bDDP\b", ["DistributedDataParallel", "DDP"])
+    triggers = GuardedPattern(r"DistributedDataParallel|\bDDP\b", ["DistributedDataParallel", "DDP"], one_line=True)
     requires = USES_DISTRIBUTED
     distributed_programs_only = True
 
@@ -157,7 +157,7 @@ class ModelChangedAfterDdpWrap(Rule):
                 if owner in wrap.inner and isinstance(value, cst.Call) and is_module_class_name(ctx.qualify(value.func) or ""):
                     yield self._report(
                         small,
-                        f"`{dotted(target.target)}` is replaced after the DDP wrap (line {wrap.line}): DDP never registered its parameters.",
+                        f"`{dotted(target.target)}` is replaced after the DDP wrap (line {ctx.line(wrap.statement)}): DDP never registered its parameters.",
                         "Replace submodules before `DistributedDataParallel(...)`.",
                     )
         for call in calls_in(small):
@@ -170,19 +170,19 @@ class ModelChangedAfterDdpWrap(Rule):
             if method in CASTS or (method == "to" and _casts(ctx, call)):
                 yield self._report(
                     call,
-                    f"`{receiver}.{method}(...)` casts the parameters after the DDP wrap (line {wrap.line}): replicas drift apart.",
+                    f"`{receiver}.{method}(...)` casts the parameters after the DDP wrap (line {ctx.line(wrap.statement)}): replicas drift apart.",
                     "Cast the model before wrapping it in `DistributedDataParallel`.",
                 )
             elif method in MOVES and not wrap.moved_before:
                 yield self._report(
                     call,
-                    f"`{receiver}.{method}(...)` moves the parameters after the DDP wrap (line {wrap.line}): DDP keeps the old ones.",
+                    f"`{receiver}.{method}(...)` moves the parameters after the DDP wrap (line {ctx.line(wrap.statement)}): DDP keeps the old ones.",
                     "Move the model to the rank's device before wrapping it in `DistributedDataParallel`.",
                 )
             elif method == "load_state_dict" and guarded:
                 yield self._report(
                     call,
-                    f"`{receiver}.load_state_dict` runs on some ranks only, after the DDP wrap (line {wrap.line}): ranks keep different weights.",
+                    f"`{receiver}.load_state_dict` runs on some ranks only, after the DDP wrap (line {ctx.line(wrap.statement)}): ranks keep different weights.",
                     "Load before wrapping (DDP broadcasts rank 0's weights), or load on every rank.",
                 )
 
@@ -207,7 +207,7 @@ def _wrap(ctx: FileContext, small: cst.BaseSmallStatement, moved: Set[str]) -> O
     if inner_name is not None and inner_name not in wrappers:
         inner.add(inner_name)
     moved_before = moved_before or bool(inner_name and inner_name in moved)
-    return _Wrap(ctx.line(small), wrappers, inner, moved_before)
+    return _Wrap(small, wrappers, inner, moved_before)
 
 
 def _casts(ctx: FileContext, call: cst.Call) -> bool:

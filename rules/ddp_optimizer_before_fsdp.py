@@ -7,6 +7,7 @@ import libcst as cst
 
 from dplint.analysis.facts import MODULE_RETURNING_METHODS
 from dplint.analysis.names import dotted
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.rules.ddp_common import FSDP, argument, calls_in, iter_scopes, iter_sites
@@ -46,7 +47,7 @@ class OptimizerBeforeFsdpWrap(Rule):
     code = "DPL515"
     name = "optimizer-before-fsdp-wrap"
     summary = "An optimizer built before the FSDP wrap: it holds parameters the sharded model no longer uses."
-    triggers = re.compile(r"FullyShardedDataParallel|FSDP|fully_shard")
+    triggers = GuardedPattern(r"FullyShardedDataParallel|FSDP|fully_shard", ["FullyShardedDataParallel", "FSDP", "fully_shard"])
     # The optimizer is built from `model.parameters()` in the same function.
     requires = re.compile(r"\.(?:named_)?parameters\(")
 

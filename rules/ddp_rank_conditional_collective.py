@@ -21,7 +21,7 @@ from dplint.rules.ddp_common import (
     FSDP_COLLECTIVE_METHODS,
     ScopeInfo,
     calls_in,
-    collective_call_pattern,
+    collective_calls,
     collective_name,
     exits,
     is_rank_test,
@@ -185,6 +185,7 @@ class RankConditionalCollective(Rule):
         r"(?:\bif\b|@)[^\n]*(?:" + _RANK_CONDITION_WORD.pattern + ")",
         ["rank", "Rank", "RANK", "main_process", "MAIN_PROCESS", "master", "Master", "MASTER", "is_global_zero"],
         re.IGNORECASE,
+        one_line=True,
     )
     requires = USES_DISTRIBUTED
 
@@ -267,7 +268,7 @@ class RankConditionalCollective(Rule):
         if not super().applies_to(text, module_classes, project):
             return False
         # Every collective this rule knows is a torch.distributed call or a DDP/FSDP model built here.
-        return NAMES_A_DISTRIBUTED_MODEL.search(text) is not None or collective_call_pattern(text).search(text) is not None
+        return NAMES_A_DISTRIBUTED_MODEL.search(text) is not None or collective_calls(text).search(text) is not None
 
     def applies_to_outline(self, outline: Outline) -> bool:
         return any(names_a_rank(word) for word in outline.condition_words)

@@ -51,7 +51,7 @@ class ShuffleWithDistributedSampler(Rule):
     code = "DPL502"
     name = "shuffle-with-distributed-sampler"
     summary = "`DataLoader(shuffle=True, sampler=...)`: raises at startup, typically only in the multi-GPU branch."
-    triggers = GuardedPattern(r"\bshuffle[ \t]*=[ \t]*True", ["shuffle"])
+    triggers = GuardedPattern(r"\bshuffle[ \t]*=[ \t]*True", ["shuffle"], one_line=True)
 
     VALID = [
         Valid(

@@ -5,6 +5,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.analysis.inference import Inference, WrappedForwardRule
 from dplint.analysis.names import block_body, iter_calls, iter_small_statements
@@ -49,7 +50,7 @@ class HardCodedDeviceInForward(WrappedForwardRule):
     code = "DPL104"
     name = "hard-coded-device-in-forward"
     summary = "`forward` of a DataParallel-wrapped module puts tensors on a literal GPU index."
-    triggers = re.compile(r"cuda:\d|\.cuda\(\s*\d|\.to\(\s*\d|device\(")
+    triggers = GuardedPattern(r"cuda:\d|\.cuda\(\s*\d|\.to\(\s*\d|device\(", ["cuda:", ".cuda(", ".to(", "device("])
 
     VALID = [
         Valid(

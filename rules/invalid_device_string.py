@@ -78,7 +78,9 @@ class InvalidDeviceString(Rule):
     code = "DPL102"
     name = "invalid-device-string"
     summary = "A device string that torch rejects (`\"cuda: 0\"`, `\"gpu\"`, `\"CUDA:0\"`)."
-    triggers = GuardedPattern(r"(?:device|\.to|\.cuda|map_location)\s*[=(]([^\n]*)", ["device", ".to", ".cuda", "map_location"])
+    triggers = GuardedPattern(
+        r"(?:device|\.to|\.cuda|map_location)[ \t]*[=(]([^\n]*)", ["device", ".to", ".cuda", "map_location"], one_line=True
+    )
 
     VALID = [
         Valid(

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-import re
 from typing import Dict, Iterator, Optional, Set, Tuple
 
 import libcst as cst
 
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.analysis.facts import Wrap
 from dplint.analysis.inference import Inference, WrappedForwardRule
@@ -54,7 +54,7 @@ class RnnWithoutFlattenParameters(WrappedForwardRule):
     summary = "A DataParallel-wrapped module calls an RNN without `flatten_parameters()` (advice)."
     severity = "warning"
     enabled_by_default = False
-    triggers = re.compile(r"nn\.(?:LSTM|GRU|RNN)\b|\b(?:LSTM|GRU|RNN)\(")
+    triggers = GuardedPattern(r"nn\.(?:LSTM|GRU|RNN)\b|\b(?:LSTM|GRU|RNN)\(", ["LSTM", "GRU", "RNN"])
 
     VALID = [
         Valid(

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 import libcst as cst
 
+from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.analysis.inference import Inference, ScalarLosses, WrappedForwardRule
 from dplint.analysis.names import block_body, iter_small_statements
@@ -55,7 +55,7 @@ class ScalarOutputFromForward(WrappedForwardRule):
     code = "DPL305"
     name = "scalar-output-from-forward"
     summary = "`forward` of a DataParallel-wrapped module returns a 0-dim tensor, gathered into one value per replica."
-    triggers = re.compile(r"loss|Loss|mean\(|sum\(")
+    triggers = GuardedPattern(r"loss|Loss|mean\(|sum\(", ["loss", "Loss", "mean(", "sum("])
 
     VALID = [
         Valid(

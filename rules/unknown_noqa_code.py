@@ -39,7 +39,7 @@ class UnknownNoqaCode(SuppressionRule):
     name = "unknown-noqa-code"
     summary = "A `# noqa` comment names a DPL code that no dplint rule has."
     severity = "warning"
-    triggers = GuardedPattern(r"noqa[ \t]*:[^\n]*DPL", ["noqa", "NOQA", "NoQA", "Noqa"], re.I)
+    triggers = GuardedPattern(r"noqa[ \t]*:[^\n]*DPL", ["noqa", "NOQA", "NoQA", "Noqa"], re.I, one_line=True)
 
     VALID = [
         Valid("import torch\nx = torch.zeros(3)\nx.to('cuda')  # noqa: DPL101\n"),

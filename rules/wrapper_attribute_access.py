@@ -216,7 +216,7 @@ class WrapperAttributeAccess(Rule):
             name = attribute.attr.value
             if name in WRAPPER_ATTRIBUTES or name.startswith("_"):
                 continue
-            wrapper, where, unconditional = describe(wrapped[owner])
+            wrapper, where, unconditional = describe(wrapped[owner], ctx)
             if id(attribute) in targets:
                 message = f"`{owner}.{name} = …` sets it on the {wrapper} wrapper ({where}), not on the model."
             else:

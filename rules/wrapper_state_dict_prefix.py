@@ -19,8 +19,9 @@ _PREFIX_LIKE = frozenset({"module.", "modules.", "module"})
 _WEAK_PREFIXES = frozenset({"module"})
 # The prefix stripped by hand: its string, or a slice of its length (`k[7:]`, a literal opens the regex: fast).
 _PREFIX_STRING = GuardedPattern(
-    r"""["']modules?\.["']|(?:replace|startswith|split|removeprefix|lstrip|len)\(\s*["']modules?["']""",
+    r"""["']modules?\.["']|(?:replace|startswith|split|removeprefix|lstrip|len)\([ \t]*["']modules?["']""",
     [f"{prefix}{quote}" for prefix in ("module.", "modules.", "module", "modules") for quote in "\"'"],
+    one_line=True,
 )
 _SLICE_OF_SEVEN = re.compile(r"\[\s*7\s*:\s*\]")
 
@@ -233,7 +234,7 @@ class WrapperStateDictPrefix(Rule):
 
     @staticmethod
     def _report(ctx: FileContext, call: cst.Call, owner: str, sites: FrozenSet[WrapSite], statement) -> Report:
-        wrapper, where, unconditional = describe(sites)
+        wrapper, where, unconditional = describe(sites, ctx)
         saves = "saves" if unconditional else "may save"
         message = f"`{owner}.state_dict()` {saves} `module.` keys ({wrapper} on {where})."
         return Report(

@@ -88,22 +88,36 @@ def _corpus():
 
 @pytest.mark.parametrize("where, pattern", list(_guarded_patterns()), ids=lambda value: value if isinstance(value, str) else "")
 def test_a_guarded_pattern_matches_only_where_one_of_its_words_is(where, pattern):
-    """A guard word missing from a match would hide real findings: the words must be in every match."""
+    """A guard word missing from a match would hide real findings: the words must be in every match,
+    a `one_line` pattern's matches must lie within a line, and the guarded search must find exactly
+    what the regex finds alone."""
     matched = 0
     for text in _corpus():
         for match in pattern.regex.finditer(text):
             matched += 1
             assert any(word in match.group(0) for word in pattern.words), (where, match.group(0))
+            assert not pattern.one_line or "\n" not in match.group(0), (where, match.group(0))
+        assert [m.span() for m in pattern.finditer(text)] == [m.span() for m in pattern.regex.finditer(text)], where
     assert matched, f"{where} matches nothing in the examples and fixtures: the test proves nothing"
 
 
-def test_collective_call_patterns_are_guarded_by_the_names_they_match():
-    from dplint.rules.ddp_common import collective_call_pattern
+def test_collective_calls_are_the_matches_of_their_regex():
+    """`CollectiveCalls` looks for calls from the names that end them: it must find exactly what its
+    regex finds, tried at every position."""
+    from dplint.rules.ddp_common import CollectiveCalls
 
+    tricky = """
+import torch.distributed as dist
+from torch.distributed import all_reduce as ar, barrier
+from torch.distributed import *
+dist.all_reduce(x); torch.distributed.barrier ( ); ar(x); barrier(); reduce(x)
+x.all_reduce(y); myall_reduce(x); dist.all_reduce(x).wait(); dist.all_reduce
+(dist.broadcast(t, 0), dist.reduce_scatter(o, i)); é.gather(x); dist.gather_object(x)
+"""
     checked = 0
-    for text in _corpus():
-        pattern = collective_call_pattern(text)
-        for match in pattern.regex.finditer(text):
-            checked += 1
-            assert any(word in match.group(0) for word in pattern.words), match.group(0)
+    for text in [*_corpus(), tricky]:
+        calls = CollectiveCalls(text)
+        expected = [(m.start(), m.end()) for m in calls.regex.finditer(text)]
+        assert [(m.start(), m.end()) for m in calls.finditer(text)] == expected, text[:200]
+        checked += len(expected)
     assert checked > 10

@@ -48,9 +48,9 @@ FUNCTIONAL_DATA_PARALLEL = frozenset({"torch.nn.parallel.data_parallel", "torch.
 # Methods that return the module they are called on, so `DataParallel(Net().cuda())` still wraps a Net.
 MODULE_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval"})
 
+# Searched in "\n" + text, like the patterns below that open with a newline: the regex engine jumps between lines.
 _IMPORT_LINE = re.compile(
-    r"^(?:import[ \t]+(?P<names>[\w. \t,]+)|from[ \t]+(?P<dots>\.*)(?P<module>[\w.]*)[ \t]+import[ \t]+\(?(?P<imported>[\w. \t,]*))",
-    re.M,
+    r"\n(?:import[ \t]+(?P<names>[\w. \t,]+)|from[ \t]+(?P<dots>\.*)(?P<module>[\w.]*)[ \t]+import[ \t]+\(?(?P<imported>[\w. \t,]*))"
 )
 
 
@@ -165,7 +165,7 @@ def absolute_module(package: str, level: int, module: str) -> str:
 def scan_imports(text: str, package: str) -> Tuple[str, ...]:
     """Modules imported by unindented (module-level) import statements."""
     found: List[str] = []
-    for match in _IMPORT_LINE.finditer(text):
+    for match in _IMPORT_LINE.finditer("\n" + text):
         if match.group("names") is not None:
             for item in match.group("names").split(","):
                 words = item.split()
@@ -254,7 +254,7 @@ def scan_tensor_values(text: str, module_name: str, package: str) -> Tuple[Tuple
 
 def _import_aliases(text: str, package: str) -> Dict[str, str]:
     aliases: Dict[str, str] = {}
-    for match in _IMPORT_LINE.finditer(text):
+    for match in _IMPORT_LINE.finditer("\n" + text):
         if match.group("names") is not None:
             for item in match.group("names").split(","):
                 words = item.split()
@@ -384,10 +384,10 @@ class _TensorEvidence:
             target = f"{self.module_name}.{head}"
         return f"{target}.{rest}" if rest else target
 
-_SUBCLASS = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\([ \t]*[\w.]", re.M)
+_SUBCLASS = GuardedPattern(r"^[ \t]*class[ \t]+\w+[ \t]*\([ \t]*[\w.]", ["class"], re.M, one_line=True)
+# Searched in "\n" + text: a pattern that opens with a newline lets the regex engine jump between lines.
 _CLASS_OR_FORWARD = re.compile(
-    r"^(?P<indent>[ \t]*)(?:class[ \t]+(?P<name>\w+)[ \t]*(?:\((?P<bases>[^)]*)\))?[ \t]*:|(?:async[ \t]+)?def[ \t]+forward\b)",
-    re.M,
+    r"\n(?P<indent>[ \t]*)(?:class[ \t]+(?P<name>\w+)[ \t]*(?:\((?P<bases>[^)]*)\))?[ \t]*:|(?:async[ \t]+)?def[ \t]+forward\b)"
 )
 
 
@@ -398,7 +398,7 @@ def scan_classes(text: str) -> Tuple[ClassInfo, ...]:
     """
     found: List[List] = []  # [name, bases, defines_forward, indent]
     open_classes: List[List] = []
-    for match in _CLASS_OR_FORWARD.finditer(text):
+    for match in _CLASS_OR_FORWARD.finditer("\n" + text):
         indent = len(match.group("indent").expandtabs())
         while open_classes and open_classes[-1][3] >= indent:
             open_classes.pop()
@@ -775,23 +775,25 @@ def _prefixes(module: str) -> Iterable[str]:
 
 # ----- distributed programs (DDP, torchrun) ------------------------------------------------------------
 
-_STARTS_PROCESS_GROUP = GuardedPattern(r"(?<!def )\binit_process_group[ \t]*\(", ["init_process_group"])
+_STARTS_PROCESS_GROUP = GuardedPattern(r"(?<!def )\binit_process_group[ \t]*\(", ["init_process_group"], one_line=True)
 _WRAPS_DISTRIBUTED = GuardedPattern(
     r"\b(?:DistributedDataParallel|DDP|FullyShardedDataParallel|FSDP|fully_shard)[ \t]*\(",
     ["DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP", "fully_shard"],
+    one_line=True,
 )
 _SETS_EPOCH = GuardedPattern(r"\.set_epoch[ \t]*\(|\bdef[ \t]+set_epoch\b", ["set_epoch"])
-_EPOCH_LOOP = GuardedPattern(r"^[ \t]*(?:async[ \t]+)?(?:for|while)\b[^\n#]*epoch", ["poch"], re.M | re.I)
+_EPOCH_LOOP = GuardedPattern(r"^[ \t]*(?:async[ \t]+)?(?:for|while)\b[^\n#]*epoch", ["poch"], re.M | re.I, one_line=True)
 # `torch.cuda.set_device(local_rank)`, `init_process_group(device_id=...)`, `f"cuda:{local_rank}"`,
 # `torch.device("cuda", rank)`, `.cuda(local_rank)`, `.to(rank)`: the rank's own GPU is chosen somewhere.
 _SELECTS_DEVICE = GuardedPattern(
     r"set_device[ \t]*\(|device_id[ \t]*=|cuda:\{|cuda:%|[\"']cuda:[\"'][ \t]*\+|"
     r"device\([ \t]*[\"']cuda[\"'][ \t]*,|\.(?:cuda|to)\([ \t]*[\w.]*rank\b|device_ids[ \t]*=[ \t]*\[[ \t]*[\w.]*rank\b",
     ["set_device", "device_id", "cuda", "rank"],
+    one_line=True,
 )
 _READS_LOCAL_RANK_ENV = GuardedPattern(r"[\"']LOCAL_RANK[\"']", ["LOCAL_RANK"])
 _SHARDS_EVALUATION = GuardedPattern(r"DistributedSampler\((?:[^()]|\([^()]*\))*\bshuffle[ \t]*=[ \t]*False", ["DistributedSampler"])
-_USES_CUDA = GuardedPattern(r"\.cuda\(|[\"']cuda\b|nccl\b", ["cuda", "nccl"])
+_USES_CUDA = GuardedPattern(r"\.cuda\(|[\"']cuda\b|nccl\b", ["cuda", "nccl"], one_line=True)
 _DISTRIBUTED_WORDS = ("istributed", "DDP", "FSDP", "fully_shard", "epoch", "LOCAL_RANK", "cuda", "set_device")
 # Frameworks that build the sampler, call `set_epoch` and own the device placement themselves.
 TRAINER_FRAMEWORKS = frozenset({"pytorch_lightning", "lightning", "lightning_fabric", "accelerate"})

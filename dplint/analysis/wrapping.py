@@ -30,16 +30,22 @@ Condition = Tuple[str, bool]
 
 @dataclass(frozen=True)
 class WrapSite:
-    """A wrap into a name, at `path:line`, under the branch conditions that led there."""
+    """A wrap into a name, under the branch conditions that led there: the wrapping expression `node`
+    of this file, or `path:line` in another file. A line here is looked up only for a message, since
+    positions cost a pass over the file."""
 
     wrapper: str
-    line: int
     conditions: Tuple[Condition, ...] = ()
-    path: str = ""  # set when the wrap is in another file
+    node: Optional[cst.CSTNode] = None
+    line: int = 0
+    path: str = ""
 
-    def where(self) -> str:
+    def line_in(self, ctx: FileContext) -> int:
+        return ctx.line(self.node) if self.node is not None else self.line
+
+    def where(self, ctx: FileContext) -> str:
         """`line 12 if args.multi_gpu`, for the message: which line wraps, and when."""
-        place = f"{self.path}:{self.line}" if self.path else f"line {self.line}"
+        place = f"{self.path}:{self.line}" if self.path else f"line {self.line_in(ctx)}"
         if not self.conditions:
             return place
         text = " and ".join(test if holds else f"not ({test})" for test, holds in self.conditions)
@@ -76,12 +82,12 @@ def wrap_call(ctx: FileContext, value: cst.BaseExpression) -> Optional[str]:
     return None
 
 
-def describe(sites: FrozenSet[WrapSite]) -> Tuple[str, str, bool]:
+def describe(sites: FrozenSet[WrapSite], ctx: FileContext) -> Tuple[str, str, bool]:
     """For a message: the wrapper's name, where the first wrap is, and whether it happens on every path."""
     wrappers = {site.wrapper for site in sites}
-    first = min(sites, key=lambda site: (site.path, site.line))
+    first = min(sites, key=lambda site: (site.path, site.line_in(ctx)))
     wrapper = wrappers.pop() if len(wrappers) == 1 else "DataParallel/DDP"
-    return wrapper, first.where(), all(not site.conditions for site in sites)
+    return wrapper, first.where(ctx), all(not site.conditions for site in sites)
 
 
 def handled_names(node: cst.CSTNode) -> Set[str]:
@@ -245,7 +251,7 @@ class WrapFlow:
         """The wraps `value` may hold: a wrap call, a name holding one, or either branch of `a if c else b`."""
         wrapper = wrap_call(self.ctx, value)
         if wrapper is not None:
-            return frozenset({WrapSite(wrapper, self.ctx.line(value), path)})
+            return frozenset({WrapSite(wrapper, path, node=value)})
         if isinstance(value, cst.IfExp):
             if {dotted(value.body), dotted(value.orelse)} & handled_names(value):
                 return frozenset()  # `m.module if hasattr(m, "module") else m`: the plain model either way
@@ -325,7 +331,7 @@ def class_attribute_wraps(ctx: FileContext, cls: cst.ClassDef) -> Dict[str, Froz
                         wrapper = wrap_call(ctx, small.value)
                         if wrapper is not None:
                             key = "self." + name.partition(".")[2]
-                            found[key] = found.get(key, frozenset()) | {WrapSite(wrapper, ctx.line(small.value), point.path)}
+                            found[key] = found.get(key, frozenset()) | {WrapSite(wrapper, point.path, node=small.value)}
     return found
 
 
@@ -391,7 +397,7 @@ def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
             return {}
         if name not in classes:
             return {
-                f"self.{attribute}": frozenset(WrapSite(w.wrapper, w.line, w.conditions, w.path) for w in wraps)
+                f"self.{attribute}": frozenset(WrapSite(w.wrapper, w.conditions, line=w.line, path=w.path) for w in wraps)
                 for attribute, wraps in ctx.project.inherited_attribute_wraps(name).items()
             }
         if name not in own:
