@@ -49,8 +49,6 @@ _IMPORT_STATEMENT = re.compile(
     r"\n[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]*))"
 )
 _COLLECTIVE_ALTERNATIVES = "|".join(sorted(COLLECTIVE_NAMES, key=len, reverse=True))
-
-
 _COLLECTIVE_NAME_CALL = re.compile(rf"(?:{_COLLECTIVE_ALTERNATIVES})[ \t]*\(")
 _NO_MATCH = re.compile("(?!)")
 

@@ -34,8 +34,8 @@ from dplint.rules.ddp_common import (
 )
 
 
-# What a rank condition or a rank-zero decorator names.
-_RANK_CONDITION_WORD = re.compile(r"rank|main_process|master|is_global_zero", re.IGNORECASE)
+# What a rank condition or a rank-zero decorator names (matched ignoring case).
+_RANK_CONDITION_WORDS = "rank|main_process|master|is_global_zero"
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ class RankConditionalCollective(Rule):
     summary = "A collective (barrier, all_reduce, a DDP forward, ...) that only some ranks run: the job hangs."
     # A rank condition: an `if`/`elif`/conditional expression or a decorator that names a rank.
     triggers = GuardedPattern(
-        r"(?:\bif\b|@)[^\n]*(?:" + _RANK_CONDITION_WORD.pattern + ")",
+        r"(?:\bif\b|@)[^\n]*(?:" + _RANK_CONDITION_WORDS + ")",
         ["rank", "Rank", "RANK", "main_process", "MAIN_PROCESS", "master", "Master", "MASTER", "is_global_zero"],
         re.IGNORECASE,
         one_line=True,

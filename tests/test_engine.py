@@ -385,3 +385,36 @@ def test_positions_equal_libcsts_metadata_wrapper(fixture: str) -> None:
     assert type(found).__name__ == "_Positions", "the fast path fell back to MetadataWrapper"
     assert len(found) == len(expected) > 0
     assert all(found[node] == position for node, position in expected.items())
+
+
+@pytest.mark.parametrize("fixture", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "fixtures").glob("*.py")))
+def test_trees_built_without_validation_equal_validated_ones(fixture: str) -> None:
+    from dplint.engine import parse
+
+    text = (ROOT / fixture).read_text()
+    assert parse(text).deep_equals(cst.parse_module(text))
+
+
+def test_libcst_validates_hand_built_nodes_again_after_a_parse() -> None:
+    from dplint.engine import parse
+
+    parse("x = 1\n")
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("")
+
+
+def test_checking_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    import gc
+
+    source = tmp_path / "train.py"
+    source.write_text("import torch\nx = torch.zeros(3)\nx.cuda()\n")
+    enabled = gc.isenabled()
+    try:
+        gc.enable()
+        assert [f.code for f in lint_paths([source], cache=False, jobs=1).findings] == ["DPL101"]
+        assert gc.isenabled()
+        gc.disable()
+        lint_paths([source], cache=False, jobs=1)
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if enabled else gc.disable)()

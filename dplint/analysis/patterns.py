@@ -28,13 +28,7 @@ class GuardedPattern:
         return any(word in text for word in self.words)
 
     def search(self, text: str) -> Optional["re.Match[str]"]:
-        if not self.one_line:
-            return self.regex.search(text) if self._holds_a_word(text) else None
-        for start, end in self._lines_with_a_word(text):
-            match = self.regex.search(text, start, end)
-            if match is not None:
-                return match
-        return None
+        return next(self.finditer(text), None)
 
     def finditer(self, text: str) -> Iterator["re.Match[str]"]:
         if not self.one_line:
