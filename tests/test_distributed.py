@@ -217,6 +217,27 @@ def test_a_hang_becomes_an_error_naming_both_ranks_within_the_timeout() -> None:
     assert "rank 1 is running hanging_barrier() and has made no collective yet" in message
 
 
+def live_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def destroy_group_then_free_the_model() -> Tuple[int, int]:
+    model = DDP(nn.Linear(2, 2))
+    model(torch.ones(1, 2)).sum().backward()
+    dist.destroy_process_group()
+    before = live_threads()
+    del model  # the reducer held the last reference to the gloo group
+    return before, live_threads()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_a_destroyed_group_outlives_the_model_that_held_it() -> None:
+    # Freed with the model, the group would join its gloo threads while the GIL is held, and a thread
+    # waiting for the GIL to free a finished collective's tensors hung the rank (pytorch/pytorch#56297).
+    for before, after in launch(destroy_group_then_free_the_model, timeout=TIMEOUT, checks=[]):
+        assert after == before
+
+
 def test_bad_arguments_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="nprocs"):
         launch(environment_and_sum, 0, nprocs=0)

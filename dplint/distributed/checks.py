@@ -67,7 +67,7 @@ class _RankChecks:
         self.loaders = 0
         self.saved: Set[str] = set()
         self.notes: Set[str] = set()
-        self.restore: List[Callable[[], None]] = []
+        self.destroyed_groups: List[Any] = []
 
     # collectives -------------------------------------------------------------------------------
     def depth(self) -> int:
@@ -133,53 +133,36 @@ def install(channel: Channel, checks: Set[str], group_ready: bool = False) -> No
     _install_shims(rank)
     if "collectives" in checks:
         for name in COLLECTIVES:
-            _patch(rank, dist.distributed_c10d, name, _collective(rank, name, getattr(dist.distributed_c10d, name)))
+            setattr(dist.distributed_c10d, name, _collective(rank, name, getattr(dist.distributed_c10d, name)))
             if getattr(dist, name, None) is not None:
-                _patch(rank, dist, name, getattr(dist.distributed_c10d, name))
-    _patch(rank, DistributedDataParallel, "__init__", _ddp_init(rank, DistributedDataParallel.__init__))
+                setattr(dist, name, getattr(dist.distributed_c10d, name))
+    DistributedDataParallel.__init__ = _ddp_init(rank, DistributedDataParallel.__init__)
     if checks & {"collectives", "divergence", "unused-parameters"}:
-        _patch(rank, DistributedDataParallel, "forward", _ddp_forward(rank, DistributedDataParallel.forward))
+        DistributedDataParallel.forward = _ddp_forward(rank, DistributedDataParallel.forward)
     if "divergence" in checks:
-        _patch(rank, nn.Module, "load_state_dict", _changing(rank, nn.Module.load_state_dict, "load_state_dict()"))
-        _patch(rank, nn.Module, "_apply", _changing(rank, nn.Module._apply, "a move or cast (.to/.double/...)"))
+        nn.Module.load_state_dict = _changing(rank, nn.Module.load_state_dict, "load_state_dict()")
+        nn.Module._apply = _changing(rank, nn.Module._apply, "a move or cast (.to/.double/...)")
         registration = torch.nn.modules.module
-        handles = [
-            registration.register_module_module_registration_hook(
-                lambda module, name, sub: rank.changed_after_wrap(module, f"replacing submodule `{name}`")
-            ),
-            registration.register_module_parameter_registration_hook(
-                lambda module, name, param: rank.changed_after_wrap(module, f"replacing parameter `{name}`")
-            ),
-            register_optimizer_step_post_hook(lambda optimizer, args, kwargs: _after_step(rank)),
-        ]
-        rank.restore += [handle.remove for handle in handles]
+        registration.register_module_module_registration_hook(
+            lambda module, name, sub: rank.changed_after_wrap(module, f"replacing submodule `{name}`")
+        )
+        registration.register_module_parameter_registration_hook(
+            lambda module, name, param: rank.changed_after_wrap(module, f"replacing parameter `{name}`")
+        )
+        register_optimizer_step_post_hook(lambda optimizer, args, kwargs: _after_step(rank))
     if checks & {"samplers", "sharding"}:
-        _patch(rank, DistributedSampler, "__init__", _sampler_init(rank, DistributedSampler.__init__))
+        DistributedSampler.__init__ = _sampler_init(rank, DistributedSampler.__init__)
     if "samplers" in checks:
-        _patch(rank, DistributedSampler, "__iter__", _sampler_iter(DistributedSampler.__iter__))
+        DistributedSampler.__iter__ = _sampler_iter(DistributedSampler.__iter__)
     if "sharding" in checks:
-        _patch(rank, DataLoader, "__init__", _loader_init(DataLoader.__init__))
-        _patch(rank, DataLoader, "__iter__", _loader_iter(rank, DataLoader.__iter__))
-        _patch(rank, _BaseDataLoaderIter, "_next_index", _next_index(_BaseDataLoaderIter._next_index))
-        _patch(rank, _BaseDataLoaderIter, "__next__", _next_batch(_BaseDataLoaderIter.__next__))
+        DataLoader.__init__ = _loader_init(DataLoader.__init__)
+        DataLoader.__iter__ = _loader_iter(rank, DataLoader.__iter__)
+        _BaseDataLoaderIter._next_index = _next_index(_BaseDataLoaderIter._next_index)
+        _BaseDataLoaderIter.__next__ = _next_batch(_BaseDataLoaderIter.__next__)
     if "checkpoints" in checks:
         saving = _save(rank, torch.save)
-        _patch(rank, torch, "save", saving)
-        _patch(rank, torch.serialization, "save", saving)
-
-
-def uninstall() -> None:
-    global _active
-    if _active is not None:
-        for undo in reversed(_active.restore):
-            undo()
-    _active = None
-
-
-def _patch(rank: _RankChecks, owner: Any, name: str, replacement: Any) -> None:
-    original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-    setattr(owner, name, replacement)
-    rank.restore.append(lambda: setattr(owner, name, original))
+        torch.save = saving
+        torch.serialization.save = saving
 
 
 # shims: a torchrun/NCCL script on CPU -------------------------------------------------------------
@@ -206,10 +189,23 @@ def _install_shims(rank: _RankChecks) -> None:
             bound.arguments["timeout"] = timedelta(seconds=rank.channel.timeout)
         return original(*bound.args, **bound.kwargs)
 
-    _patch(rank, dist, "init_process_group", init_process_group)
-    _patch(rank, dist.distributed_c10d, "init_process_group", init_process_group)
+    dist.init_process_group = init_process_group
+    dist.distributed_c10d.init_process_group = init_process_group
+    destroy = dist.destroy_process_group
+
+    @functools.wraps(destroy)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        # A gloo group's destructor joins its worker threads. When the last reference to the group is a
+        # DistributedDataParallel model's reducer, freed while the GIL is held, a worker still freeing a
+        # finished collective's tensors waits for the GIL forever (pytorch/pytorch#56297): the rank hangs
+        # after its script ended. Holding the destroyed groups here, they end with the process instead.
+        rank.destroyed_groups += dist.distributed_c10d._world.pg_map
+        return destroy(*args, **kwargs)
+
+    dist.destroy_process_group = destroy_process_group
+    dist.distributed_c10d.destroy_process_group = destroy_process_group
     if not torch.cuda.is_available():
-        _patch(rank, torch.cuda, "set_device", lambda device: None)
+        torch.cuda.set_device = lambda device: None
 
 
 # collectives -------------------------------------------------------------------------------------
