@@ -54,7 +54,7 @@ _NO_MATCH = re.compile("(?!)")
 
 
 class CollectiveCalls:
-    """The calls in one text that can be torch.distributed collectives, read from its imports.
+    r"""The calls in one text that can be torch.distributed collectives, read from its imports.
 
     Cheap and generous (a prefilter): `dist.all_reduce(` for any alias bound to a module of
     torch.distributed, `torch.distributed.barrier(`, and a bare `all_reduce(` only where the file

@@ -354,7 +354,7 @@ def test_marked_test_fails_on_a_rank_conditional_barrier_naming_both_call_sites(
         """
     )
     started = time.monotonic()
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:asyncio")
     assert time.monotonic() - started < 30
     result.assert_outcomes(failed=1)
     assert (
@@ -385,6 +385,6 @@ def test_marker_default_ranks_and_fixtures(pytester: pytest.Pytester) -> None:
             pass
         """
     )
-    result = pytester.runpytest("-p", "no:cacheprovider", "--dplint-ranks", "3")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:asyncio", "--dplint-ranks", "3")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*fixture lock cannot be sent to the ranks (not picklable)*"])
