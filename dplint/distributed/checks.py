@@ -67,7 +67,7 @@ class _RankChecks:
         self.loaders = 0
         self.saved: Set[str] = set()
         self.notes: Set[str] = set()
-        self.destroyed_groups: List[Any] = []
+        self.destroyed_groups: Set[Any] = set()
 
     # collectives -------------------------------------------------------------------------------
     def depth(self) -> int:
@@ -133,9 +133,7 @@ def install(channel: Channel, checks: Set[str], group_ready: bool = False) -> No
     _install_shims(rank)
     if "collectives" in checks:
         for name in COLLECTIVES:
-            setattr(dist.distributed_c10d, name, _collective(rank, name, getattr(dist.distributed_c10d, name)))
-            if getattr(dist, name, None) is not None:
-                setattr(dist, name, getattr(dist.distributed_c10d, name))
+            _replace_distributed_function(name, _collective(rank, name, getattr(dist.distributed_c10d, name)))
     DistributedDataParallel.__init__ = _ddp_init(rank, DistributedDataParallel.__init__)
     if checks & {"collectives", "divergence", "unused-parameters"}:
         DistributedDataParallel.forward = _ddp_forward(rank, DistributedDataParallel.forward)
@@ -189,8 +187,7 @@ def _install_shims(rank: _RankChecks) -> None:
             bound.arguments["timeout"] = timedelta(seconds=rank.channel.timeout)
         return original(*bound.args, **bound.kwargs)
 
-    dist.init_process_group = init_process_group
-    dist.distributed_c10d.init_process_group = init_process_group
+    _replace_distributed_function("init_process_group", init_process_group)
     destroy = dist.destroy_process_group
 
     @functools.wraps(destroy)
@@ -199,13 +196,19 @@ def _install_shims(rank: _RankChecks) -> None:
         # DistributedDataParallel model's reducer, freed while the GIL is held, a worker still freeing a
         # finished collective's tensors waits for the GIL forever (pytorch/pytorch#56297): the rank hangs
         # after its script ended. Holding the destroyed groups here, they end with the process instead.
-        rank.destroyed_groups += dist.distributed_c10d._world.pg_map
+        rank.destroyed_groups.update(dist.distributed_c10d._world.pg_map)
         return destroy(*args, **kwargs)
 
-    dist.destroy_process_group = destroy_process_group
-    dist.distributed_c10d.destroy_process_group = destroy_process_group
+    _replace_distributed_function("destroy_process_group", destroy_process_group)
     if not torch.cuda.is_available():
         torch.cuda.set_device = lambda device: None
+
+
+def _replace_distributed_function(name: str, replacement: Callable[..., Any]) -> None:
+    """Replace a function of torch.distributed where user code finds it: `dist.<name>` and its defining module."""
+    setattr(dist.distributed_c10d, name, replacement)
+    if getattr(dist, name, None) is not None:
+        setattr(dist, name, replacement)
 
 
 # collectives -------------------------------------------------------------------------------------
