@@ -1,32 +1,40 @@
-"""What dplint's distributed checks cost per training step: a small DDP model, 200 steps, 2 gloo ranks on CPU.
+"""`dplint run` against torchrun on the same DDP training script: a small model, 200 steps, 2 gloo ranks on CPU.
 
-    python bench/ddp_overhead.py [--steps 200] [--repeats 3] [--ranks 2]
+    python bench/ddp_overhead.py [--steps 200] [--repeats 5] [--ranks 2]
 
-Each configuration (no checks, each check alone, every check) runs `--repeats` times, interleaved so
-that load on the machine hits all of them alike. A run's figure is the median step time of rank 0
-after 20 warm-up steps; a configuration's figure is the lowest over its runs. "none" still has the
-CPU shims (NCCL as gloo, DDP device_ids), which cost nothing per step.
+Each repeat runs the two commands back to back, in turn:
+
+    python -m dplint run --nproc-per-node 2 bench/ddp_overhead.py --train            (every check on)
+    python -m torch.distributed.run --standalone --nproc-per-node 2 bench/ddp_overhead.py --train
+
+and times each whole command (start-up, rendezvous and teardown included). The figures are the median
+wall time of each and the median of the per-pair ratios; the training loop's own median step time,
+as rank 0 measured it, is shown beside them. With `--train` this file is the training script itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
+import subprocess
+import sys
 import time
-from typing import Dict, List, Optional, Sequence
-
-import torch
-import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-
-from dplint.distributed import ALL_CHECKS, launch
+from typing import List, Tuple
 
 WARMUP = 20
+HERE = os.path.abspath(__file__)
 
 
-def train(steps: int) -> List[float]:
+def train(steps: int) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10)))
     inputs = torch.randn(4096, 64)
@@ -52,32 +60,47 @@ def train(steps: int) -> List[float]:
             times.append(time.perf_counter() - started)
     total = torch.tensor([1.0])
     dist.all_reduce(total)  # one user collective, as a training loop's metric reduction would be
-    return times[WARMUP:]
+    if dist.get_rank() == 0:
+        print(f"step-ms {statistics.median(times[WARMUP:]) * 1e3:.3f} threads {torch.get_num_threads()}")
+    dist.destroy_process_group()
 
 
-def measure(checks: Optional[Sequence[str]], steps: int, ranks: int) -> float:
-    results = launch(train, steps, nprocs=ranks, timeout=60, checks=checks)
-    return statistics.median(results[0])
+def timed(command: List[str]) -> Tuple[float, float]:
+    """Wall seconds of the whole command, and the median step time (ms) rank 0 printed."""
+    started = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    found = re.search(r"step-ms ([\d.]+)", result.stdout)
+    if result.returncode != 0 or found is None:
+        sys.exit(f"{' '.join(command)} failed (exit {result.returncode}):\n{result.stdout}{result.stderr}")
+    return wall, float(found.group(1))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--train", action="store_true", help="be the training script (what the launchers run)")
     args = parser.parse_args()
-    configurations: Dict[str, Optional[Sequence[str]]] = {"none": [], **{name: [name] for name in ALL_CHECKS}, "all": None}
-    runs: Dict[str, List[float]] = {name: [] for name in configurations}
-    launch(train, 5, nprocs=args.ranks, timeout=60, checks=[])  # warm the ranks' forkserver
+    if args.train:
+        train(args.steps)
+        return
+    script = [HERE, "--train", "--steps", str(args.steps)]
+    commands = {
+        "dplint run": [sys.executable, "-m", "dplint", "run", "--nproc-per-node", str(args.ranks), *script],
+        "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.ranks), *script],
+    }
+    runs = {name: [] for name in commands}
     for _ in range(args.repeats):
-        for name, checks in configurations.items():
-            runs[name].append(measure(checks, args.steps, args.ranks))
-    baseline = min(runs["none"])
-    print(f"{args.ranks} ranks, {args.steps} steps, median step time (best of {args.repeats} runs), torch {torch.__version__}")
-    print(f"{'checks':<20}{'ms/step':>10}{'overhead':>10}")
-    for name in configurations:
-        best = min(runs[name])
-        print(f"{name:<20}{best * 1e3:>10.3f}{(best / baseline - 1) * 100:>9.1f}%")
+        for name, command in commands.items():
+            runs[name].append(timed(command))
+    ratios = [mine[0] / theirs[0] for mine, theirs in zip(runs["dplint run"], runs["torchrun"])]
+    print(f"{args.ranks} ranks, {args.steps} steps, {args.repeats} pairs, every check on")
+    print(f"{'launcher':<12}{'wall s (median)':>17}{'ms/step (median)':>18}")
+    for name, measured in runs.items():
+        print(f"{name:<12}{statistics.median(w for w, _ in measured):>17.2f}{statistics.median(s for _, s in measured):>18.3f}")
+    print(f"dplint run / torchrun, wall time: median {statistics.median(ratios):.2f}x (pairs {min(ratios):.2f}x-{max(ratios):.2f}x)")
 
 
 if __name__ == "__main__":

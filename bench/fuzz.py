@@ -2,6 +2,7 @@
 
     python bench/fuzz.py                      # 10,000 programs, seed 0, one worker per core
     python bench/fuzz.py --count 500 --seed 7 --jobs 1 --crashes /tmp/crashes
+    python bench/fuzz.py --pathological       # time each pathological file instead, issue 21's shapes at full size
 
 The programs come from `programs()` in tests/test_fuzz.py (hypothesmith programs with the rules'
 trigger snippets spliced in): the CI test runs the same generator for a few hundred examples. Each
@@ -25,6 +26,7 @@ from typing import List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 HANG_SECONDS = 60  # a file still linting after this long is reported as a hang, and the run goes on
+PATHOLOGICAL_LIMIT_SECONDS = 5.0  # no file may take longer (issue 21)
 
 
 def load_generator():
@@ -102,13 +104,35 @@ def run_share(task: Tuple[int, int, int, str]) -> Tuple[int, float, List[str]]:
     return linted, slowest, saved
 
 
+def time_pathological() -> int:
+    """Lint each pathological file of tests/test_fuzz.py (with its trigger, as the test does) and the
+    issue-21 shapes at full size; the slowest of two runs is the figure, each file's own process state aside."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    fuzz = load_generator()
+    files = {name: source + "\n" + fuzz.TRIGGER for name, source in fuzz.PATHOLOGICAL.items()}
+    files.update(fuzz.PATHOLOGICAL_AT_SCALE)
+    slow = []
+    for name, source in files.items():
+        result, seconds = fuzz.lint_timed(source)
+        seconds = max(seconds, fuzz.lint_timed(source)[1])
+        codes = sorted({finding.code for finding in result.findings})
+        print(f"{seconds:6.2f} s  {name} ({source.count(chr(10)):,} lines): {', '.join(codes) or 'no findings'}", flush=True)
+        if seconds > PATHOLOGICAL_LIMIT_SECONDS or result.internal_errors:
+            slow.append(name)
+    print(f"over {PATHOLOGICAL_LIMIT_SECONDS} s or with an internal error: {', '.join(slow) or 'none'}")
+    return 1 if slow else 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=10_000, help="programs to generate and lint (default: 10,000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first worker; worker i uses seed + i (default: 0)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: one per core)")
     parser.add_argument("--crashes", default=str(ROOT / "bench" / "fuzz-crashes"), help="folder for crashing programs")
+    parser.add_argument("--pathological", action="store_true", help="time the pathological files instead of fuzzing")
     args = parser.parse_args(argv)
+    if args.pathological:
+        return time_pathological()
 
     jobs = max(1, min(args.jobs, args.count))
     shares = [args.count // jobs + (1 if i < args.count % jobs else 0) for i in range(jobs)]

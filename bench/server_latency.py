@@ -1,6 +1,6 @@
 """Diagnostic latency of `dplint server`, measured through a real LSP client over stdio.
 
-    python bench/server_latency.py [--runs 7]
+    python bench/server_latency.py [--runs 7] [--only cuda]
 
 For each file a fresh `dplint server` is started and initialized. Cold: the time from sending
 `textDocument/didOpen` to receiving its `publishDiagnostics` (the first lint, which also scans the
@@ -144,10 +144,13 @@ def engine_time(text: str, runs: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="warm edits per file (default: 7)")
+    parser.add_argument("--only", default="", help="only the files whose name holds this text")
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; milliseconds")
     print(f"{'file':<48} {'cold':>7} {'warm median':>12} {'warm min-max':>14} {'engine':>8}")
     for name, text in files().items():
+        if args.only not in name:
+            continue
         cold, warm = asyncio.run(measure(name, text, args.runs))
         engine = engine_time(text, 3)
         spread = f"{min(warm) * 1000:.0f}-{max(warm) * 1000:.0f}"

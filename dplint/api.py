@@ -26,7 +26,11 @@ from dplint.engine import (
 )
 from dplint.analysis.facts import FileFacts, ProjectFacts, collect_file_facts
 from dplint.finding import Finding
-from dplint.codes import STATIC_CODES
+from dplint.codes import PREVIEW_CODES, STATIC_CODES
+
+
+# The two passes, as the progress bar names them.
+READING, CHECKING = "Reading project", "Checking"
 
 
 @dataclass
@@ -34,11 +38,14 @@ class LintResult:
     findings: List[Finding] = field(default_factory=list)
     internal_errors: List[InternalError] = field(default_factory=list)
     files: int = 0  # files looked at
+    checked: List[Path] = field(default_factory=list)  # those files
     parsed: int = 0  # files linted afresh (not from the cache)
 
 
 def default_settings(select: Optional[Iterable[str]] = None) -> Settings:
-    codes = frozenset(select) if select is not None else frozenset(code for code, on in STATIC_CODES.items() if on)
+    """The command line's defaults (preview rules off), or exactly the codes in `select`."""
+    default = (code for code, on in STATIC_CODES.items() if on and code not in PREVIEW_CODES)
+    codes = frozenset(select) if select is not None else frozenset(default)
     return Settings(enabled=codes, root=Path.cwd())
 
 
@@ -48,22 +55,23 @@ def lint_paths(
     *,
     jobs: Optional[int] = None,
     cache: bool = True,
-    progress: Optional[Callable[[int, int], None]] = None,
+    progress: Optional[Callable[[str, int, int], None]] = None,
 ) -> LintResult:
     """Lint files and folders: pass 1 collects project facts, pass 2 runs the rules on the named files.
 
     With `settings.project_root` set (the CLI finds it), the facts come from every file of the project,
     so a run over one staged file still knows that `train.py` wraps the model it defines.
-    `progress(files_checked, files_total)` is called as pass 2 goes.
+    `progress(PASS, files_done, files_total)` is called as each pass goes: "Reading project" (pass 1,
+    every file of the project) and then "Checking" (pass 2, the named files).
     """
     settings = settings or default_settings()
     jobs = jobs or os.cpu_count() or 1
     files, problems = discover([Path(p) for p in paths], settings)
     sources = source_files(files)
     store = Cache.open(settings.root, settings.digest, cache)
-    result = LintResult(files=len(sources))
+    result = LintResult(files=len(sources), checked=files)
 
-    scanned = _scan_project(sources, settings, store, jobs)
+    scanned = _scan_project(sources, settings, store, jobs, progress)
     project = ProjectFacts.build([entry.facts for entry in scanned.values() if entry.facts is not None], _root_of(settings))
 
     cached: List[Tuple[SourceFile, FileResult]] = []
@@ -80,7 +88,7 @@ def lint_paths(
     def advance() -> None:
         nonlocal done
         done += 1
-        progress(done, len(sources))  # type: ignore[misc]
+        progress(CHECKING, done, len(sources))  # type: ignore[misc]
 
     def size(item: Tuple[SourceFile, Optional[FileFacts]]) -> int:
         entry = scanned.get(item[0].filename)
@@ -107,7 +115,9 @@ def _root_of(settings: Settings) -> Optional[str]:
     return str(settings.project_root) if settings.project_root is not None else None
 
 
-def _scan_project(sources: Sequence[SourceFile], settings: Settings, store: Cache, jobs: int) -> Dict[str, Scanned]:
+def _scan_project(
+    sources: Sequence[SourceFile], settings: Settings, store: Cache, jobs: int, progress: Optional[Callable[[str, int, int], None]] = None
+) -> Dict[str, Scanned]:
     """Pass 1 over the named files and, under a project root, every other file of the project."""
     everything = {source.filename: source for source in sources}
     if settings.project_root is not None:
@@ -122,7 +132,14 @@ def _scan_project(sources: Sequence[SourceFile], settings: Settings, store: Cach
             to_scan.append(source)
         else:
             scanned[filename] = entry
-    for source, (facts, digest) in zip(to_scan, run_parallel(scan, to_scan, jobs, settings, None)):
+    done = len(scanned)
+
+    def advance() -> None:
+        nonlocal done
+        done += 1
+        progress(READING, done, len(everything))  # type: ignore[misc]
+
+    for source, (facts, digest) in zip(to_scan, run_parallel(scan, to_scan, jobs, settings, None, advance if progress else None)):
         stamp = stamps[source.filename]
         if digest and stamp is not None:
             scanned[source.filename] = Scanned(stamp, digest, facts)

@@ -43,11 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--unsafe-fixes", action="store_true", help="also offer and apply fixes marked unsafe")
     parser.add_argument("--diff", action="store_true", help="print the fixes as a unified diff and change nothing")
     parser.add_argument("--show-fixes", action="store_true", help="with --fix: list what was fixed")
-    parser.add_argument("--select", metavar="CODES", help="comma-separated codes or prefixes to enable (ALL for every rule)")
-    parser.add_argument("--ignore", metavar="CODES", help="comma-separated codes or prefixes to disable")
-    parser.add_argument("--extend-select", metavar="CODES", help="codes or prefixes to enable on top of the selection")
     parser.add_argument(
-        "--per-file-ignores", metavar="PATTERN:CODES", action="append", help="ignore codes in files matching a glob (repeatable)"
+        "--select", metavar="CODES", help="comma-separated codes, prefixes or rule names to enable (ALL for every rule)"
+    )
+    parser.add_argument("--ignore", metavar="CODES", help="comma-separated codes, prefixes or rule names to disable")
+    parser.add_argument("--extend-select", metavar="CODES", help="codes, prefixes or rule names to enable on top of the selection")
+    parser.add_argument(
+        "--preview", action="store_true", help="also run the preview rules (not yet precise enough to be on by default)"
+    )
+    parser.add_argument(
+        "--per-file-ignores",
+        metavar="PATTERN:CODES",
+        action="append",
+        help="ignore codes in files matching a glob, relative to the current folder or to the pyproject.toml's folder "
+        "(repeatable; replaces [tool.dplint.per-file-ignores], whose patterns are relative to the pyproject.toml's folder)",
     )
     parser.add_argument("--exclude", metavar="PATTERNS", help="comma-separated patterns to skip, replacing the defaults")
     parser.add_argument("--extend-exclude", metavar="PATTERNS", help="comma-separated patterns to skip besides the defaults")
@@ -72,8 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stdin-filename", metavar="NAME", help="read the code from standard input and report it as the file NAME")
     parser.add_argument("--explain", metavar="RULE", help="print a rule's documentation (by code or name) and exit")
     parser.add_argument(
-        "--list-rules", action="store_true", help="list every rule (code, name, default, fix, static/runtime) and exit; with --format json as JSON"
+        "--list-rules",
+        action="store_true",
+        help="list every rule (code, name, default, tier, fix, static/runtime) and exit; with --format json as JSON",
     )
+    parser.add_argument(
+        "--show-settings", action="store_true", help="print the resolved settings and the file they came from, and exit"
+    )
+    parser.add_argument("--show-files", action="store_true", help="print the files a run would check, one a line, and exit")
     parser.add_argument("--version", action="version", version=f"dplint {__version__}")
     return parser
 
@@ -148,7 +163,18 @@ def run(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in (args.paths or ["."])]
     start = Path(args.stdin_filename) if reading_stdin and args.stdin_filename else (Path.cwd() if reading_stdin else paths[0])
     settings = resolve_settings(start, overrides(args))
+    if args.show_settings:
+        return show_settings(settings, out)
+    if args.show_files and reading_stdin:  # the one file checked is standard input, by the name it is given
+        out.write((args.stdin_filename or "-") + "\n")
+        return 0
+    if args.show_files:
+        return show_files(paths, settings, out)
+    if not (args.quiet or args.silent):
+        for warning in settings.warnings:
+            print(f"dplint: warning: {warning}", file=sys.stderr)
 
+    nothing_checked = False
     if reading_stdin:
         findings, errors, sources = lint_stdin(args.stdin_filename or "<stdin>", settings)
         if args.diff and sources and not errors:
@@ -166,8 +192,12 @@ def run(args: argparse.Namespace) -> int:
             if progress is not None:
                 progress.close()
         findings, errors, sources = result.findings, result.internal_errors, {}
-        if result.files == 0 and not findings and not args.silent and not args.quiet:
+        nothing_checked = result.files == 0 and not findings
+        if nothing_checked and not args.silent and not args.quiet:
             print("No Python files found under the given path(s)", file=sys.stderr)
+        if not (args.quiet or args.silent):
+            for pattern in unmatched_per_file_ignores(settings, result.checked):
+                print(f"dplint: warning: per-file-ignores pattern `{pattern}` matches no file checked.", file=sys.stderr)
         if args.diff and not errors:
             return show_diff(findings, args, out)
         if args.fix and not errors:
@@ -181,11 +211,12 @@ def run(args: argparse.Namespace) -> int:
     if args.output_file:
         try:
             with open(args.output_file, "w", encoding="utf-8") as handle:
-                report(findings, args, handle, sources)
+                report(findings, args, handle, sources, show_summary=not nothing_checked)
         except OSError as error:
             raise ConfigError(f"cannot write {args.output_file}: {error.strerror or error}") from None
     elif not args.silent:
-        report(findings, args, out, sources)
+        # "All checks passed!" would claim a check that never ran: stderr already says no file was found.
+        report(findings, args, out, sources, show_summary=not nothing_checked)
     for error in errors:
         print(f"dplint: internal error in rule {error.code} while linting {error.path}:\n{error.details}", file=sys.stderr)
     if errors:
@@ -218,27 +249,30 @@ def shows_progress(args: argparse.Namespace, out: TextIO) -> bool:
 
 
 class ProgressBar:
-    """Files checked of total and the time elapsed, on a terminal's stderr, once the run has lasted
-    PROGRESS_DELAY_S; it is erased when the run ends."""
+    """The pass under way ("Reading project", then "Checking"), its files done of total and the time
+    elapsed, on a terminal's stderr, once the run has lasted PROGRESS_DELAY_S; erased when the run ends."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self._started = time.monotonic()
         self._bar = None
         self._task = None
+        self._phase = ""
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, phase: str, done: int, total: int) -> None:
         if self._bar is None:
             if time.monotonic() - self._started < PROGRESS_DELAY_S:
                 return
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            columns = (TextColumn("Checking"), BarColumn(), MofNCompleteColumn(), TextColumn("files"), TimeElapsedColumn())
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("files"), TimeElapsedColumn())
             self._bar = Progress(*columns, console=Console(file=self._stream), transient=True)
             self._bar.start()
-            self._task = self._bar.add_task("lint", total=total)
-        self._bar.update(self._task, completed=done, total=total)
+            self._task = self._bar.add_task(phase, total=total)
+        # A new pass is drawn at once: between the bar's periodic redraws a fast pass would never show.
+        self._bar.update(self._task, description=phase, completed=done, total=total, refresh=phase != self._phase)
+        self._phase = phase
 
     def close(self) -> None:
         if self._bar is not None:
@@ -255,7 +289,51 @@ def overrides(args: argparse.Namespace) -> Dict[str, object]:
         "exclude": args.exclude,
         "extend-exclude": args.extend_exclude,
         "project-root": args.project_root,
+        "preview": True if args.preview else None,
     }
+
+
+def unmatched_per_file_ignores(settings: Settings, checked: Sequence[Path]) -> List[str]:
+    """The per-file-ignores patterns that match no file checked nor, under a pyproject.toml, any file of
+    its folder: a run over one staged file must not warn about the patterns for the others."""
+    unmatched = settings.unmatched_per_file_ignores(checked)
+    if unmatched and settings.config_file is not None:
+        from dplint.discovery import discover
+
+        everything = discover([settings.root], settings)[0]
+        unmatched = [p for p in settings.unmatched_per_file_ignores(everything) if p in unmatched]
+    return unmatched
+
+
+def show_settings(settings: Settings, out: TextIO) -> int:
+    """--show-settings: what a run would use, and where it came from, in `[tool.dplint]`'s terms."""
+    source = str(settings.config_file) if settings.config_file else "none found (dplint's defaults)"
+    lines = [
+        f"configuration file: {source}",
+        f"enabled ({len(settings.enabled)}): {', '.join(sorted(settings.enabled)) or '(none)'}",
+        f"preview: {'true' if settings.preview else 'false'}",
+        "per-file-ignores:" + ("" if settings.per_file_ignores else " (none)"),
+    ]
+    for entry in settings.per_file_ignores:
+        bases = " or ".join(str(base) for base in entry.bases)
+        lines.append(f"  {entry.pattern}: {', '.join(sorted(entry.codes))} (relative to {bases})")
+    project_root = str(settings.project_root) if settings.project_root else "none (the named paths are the project)"
+    lines += [f"exclude: {', '.join(settings.exclude)}", f"project root: {project_root}"]
+    out.write("\n".join(lines) + "\n")
+    return 0
+
+
+def show_files(paths: Sequence[Path], settings: Settings, out: TextIO) -> int:
+    """--show-files: the files a run would check, as it shows them; unreadable paths said on stderr."""
+    from dplint.discovery import discover
+    from dplint.engine import source_files
+
+    files, problems = discover(paths, settings)
+    for source in source_files(files):
+        out.write(source.path + "\n")
+    for shown, (_, reason) in zip(source_files([path for path, _ in problems]), problems):
+        print(f"dplint: warning: {shown.path}: {reason}", file=sys.stderr)
+    return 0
 
 
 def lint_stdin(name: str, settings: Settings, text: Optional[str] = None):
@@ -319,14 +397,14 @@ def fix_stdin(findings: List[Finding], errors: List[InternalError], sources: Dic
     return lint_stdin(args.stdin_filename or "<stdin>", settings, fixed)
 
 
-def report(findings: List[Finding], args: argparse.Namespace, out: TextIO, sources: Dict[str, str]) -> None:
+def report(findings: List[Finding], args: argparse.Namespace, out: TextIO, sources: Dict[str, str], show_summary: bool = True) -> None:
     from dplint import reporters
 
     chosen = output_format(args, out)
     lines = _source_lines(sources)
-    show_summary = not args.quiet
+    show_summary = show_summary and not args.quiet
     if args.statistics:
-        reporters.write_statistics(findings, out, as_json=chosen == "json")
+        reporters.write_statistics(findings, out, as_json=chosen == "json", unsafe=args.unsafe_fixes)
     elif chosen == "json":
         reporters.write_json(findings, out)
     elif chosen == "json-lines":
@@ -385,7 +463,8 @@ def show_diff(findings: List[Finding], args: argparse.Namespace, out: TextIO) ->
 
 
 def would_fix(count: int) -> str:
-    return f"Would fix {count} error{'s' * (count != 1)}." if count else "No fixes available."
+    # Findings, not errors: a fix may address a warning (DPL001), and the summary counts both.
+    return f"Would fix {count} finding{'s' * (count != 1)}." if count else "No fixes available."
 
 
 def fix_files(findings: List[Finding], unsafe: bool) -> List[Finding]:
@@ -410,7 +489,7 @@ def fix_files(findings: List[Finding], unsafe: bool) -> List[Finding]:
 def report_fixes(fixed: List[Finding], remaining: int, show: bool) -> None:
     if not fixed:
         return
-    print(f"Fixed {len(fixed)} error{'s' * (len(fixed) != 1)} ({remaining} remaining).", file=sys.stderr)
+    print(f"Fixed {len(fixed)} finding{'s' * (len(fixed) != 1)} ({remaining} remaining).", file=sys.stderr)
     if not show:
         return
     from collections import Counter
@@ -459,6 +538,7 @@ def list_rules(out: TextIO, as_json: bool) -> int:
             "name": rule.name,
             "severity": rule.severity,
             "enabled_by_default": rule.enabled_by_default,
+            "preview": rule.preview,
             "fix": offers_fix(rule),
             "checked": "runtime" if rule.runtime_only else "static",
             "summary": rule.summary,
@@ -469,11 +549,12 @@ def list_rules(out: TextIO, as_json: bool) -> int:
         json.dump(rows, out, indent=2)
         out.write("\n")
         return 0
-    table = [("CODE", "NAME", "DEFAULT", "FIX", "CHECKED", "SEVERITY", "SUMMARY")]
+    table = [("CODE", "NAME", "DEFAULT", "TIER", "FIX", "CHECKED", "SEVERITY", "SUMMARY")]
     for row in rows:
         default = "on" if row["enabled_by_default"] else "off"
+        tier = "preview" if row["preview"] else "stable"
         fix = "yes" if row["fix"] else "no"
-        table.append((row["code"], row["name"], default, fix, row["checked"], row["severity"], row["summary"]))  # type: ignore[arg-type]
+        table.append((row["code"], row["name"], default, tier, fix, row["checked"], row["severity"], row["summary"]))  # type: ignore[arg-type]
     widths = [max(len(cells[column]) for cells in table) for column in range(len(table[0]) - 1)]
     for cells in table:
         out.write("  ".join(cell.ljust(width) for cell, width in zip(cells, widths)) + "  " + cells[-1] + "\n")

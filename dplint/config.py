@@ -29,14 +29,15 @@ else:  # pragma: no cover - exercised on Python < 3.11 only
 
 from dplint import __version__
 from dplint.analysis.modules import find_project_root
-from dplint.codes import RUNTIME_ONLY_CODES, STATIC_CODES
+from dplint.codes import CODES_BY_NAME, PREVIEW_CODES, RUNTIME_ONLY_CODES, STATIC_CODES
 
 DEFAULT_EXCLUDE = (
     ".bzr", ".direnv", ".eggs", ".git", ".hg", ".mypy_cache", ".nox", ".pants.d", ".pytest_cache",
     ".ruff_cache", ".dplint_cache", ".svn", ".tox", ".venv", "venv", "__pypackages__", "__pycache__",
     "_build", "buck-out", "build", "dist", "node_modules", "site-packages", "*.egg-info",
 )
-KEYS = ("select", "ignore", "extend-select", "per-file-ignores", "exclude", "extend-exclude")
+KEYS = ("select", "ignore", "extend-select", "per-file-ignores", "exclude", "extend-exclude", "preview")
+PREVIEW_HINT = "it runs only with --preview (or preview = true in [tool.dplint])"
 
 
 class ConfigError(Exception):
@@ -44,30 +45,61 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
+class PerFileIgnore:
+    """`pattern = [codes]`; the pattern matches paths relative to any of `bases` (see `resolve_settings`)."""
+
+    pattern: str
+    codes: FrozenSet[str]
+    bases: Tuple[Path, ...]
+
+    def matches(self, path: Path) -> bool:
+        if "/" not in self.pattern.rstrip("/"):  # a file name: the same from every folder
+            return _matches(PurePosixPath(path.name), self.pattern)
+        absolute = path.resolve()
+        for base in self.bases:
+            try:
+                relative = PurePosixPath(absolute.relative_to(base).as_posix())
+            except ValueError:
+                continue
+            if _matches(relative, self.pattern):
+                return True
+        return False
+
+
+@dataclass(frozen=True)
 class Settings:
     enabled: FrozenSet[str]
-    per_file_ignores: Tuple[Tuple[str, FrozenSet[str]], ...] = ()
+    per_file_ignores: Tuple[PerFileIgnore, ...] = ()
     exclude: Tuple[str, ...] = DEFAULT_EXCLUDE
     root: Path = field(default_factory=Path.cwd)
     config_file: Optional[Path] = None
     # Where project-level facts come from (every file under it, minus the excluded); None: the named paths.
     project_root: Optional[Path] = None
+    preview: bool = False
+    # What the user should hear about the selection (a preview rule named without --preview), once each.
+    warnings: Tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def digest(self) -> str:
-        text = repr((__version__, sorted(self.enabled), self.per_file_ignores))
+        text = repr((__version__, sorted(self.enabled), self.per_file_ignores, self.preview))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
     def ignored_for(self, path: Path) -> FrozenSet[str]:
         """Codes that `per-file-ignores` turns off for this file."""
-        if not self.per_file_ignores:
-            return frozenset()
-        relative = self.relative(path)
         ignored: set = set()
-        for pattern, codes in self.per_file_ignores:
-            if _matches(relative, pattern):
-                ignored |= codes
+        for entry in self.per_file_ignores:
+            if entry.matches(path):
+                ignored |= entry.codes
         return frozenset(ignored)
+
+    def unmatched_per_file_ignores(self, paths: Iterable[Path]) -> List[str]:
+        """The per-file-ignores patterns that match none of these files (a typo, or a path from elsewhere)."""
+        unmatched = list(self.per_file_ignores)
+        for path in paths:
+            unmatched = [entry for entry in unmatched if not entry.matches(path)]
+            if not unmatched:
+                break
+        return [entry.pattern for entry in unmatched]
 
     def relative(self, path: Path) -> PurePosixPath:
         """The path relative to the project root (or as given, when outside it)."""
@@ -100,20 +132,32 @@ def _matches(relative: PurePosixPath, pattern: str) -> bool:
     return fnmatch.fnmatchcase(relative.name, pattern)
 
 
-def expand_codes(selectors: Iterable[str], option: str) -> FrozenSet[str]:
-    """`ALL`, a prefix (`DPL1`) or a full code, each checked against the catalogue."""
+def expand_codes(selectors: Iterable[str], option: str, *, preview: bool = True, warnings: Optional[List[str]] = None) -> FrozenSet[str]:
+    """`ALL`, a prefix (`DPL1`), a full code or a rule's name, each checked against the catalogue.
+
+    Without `preview`, `ALL` and prefixes leave the preview rules out, and a preview rule named exactly
+    is left out with a warning (Ruff's behaviour): selecting it cannot make it run.
+    """
     codes: set = set()
     known = list(STATIC_CODES)
-    for selector in selectors:
-        selector = selector.strip().upper()
+    for typed in selectors:
+        selector = typed.strip()
         if not selector:
             continue
+        selector = CODES_BY_NAME.get(selector.lower(), selector.upper())
         matched = known if selector == "ALL" else [code for code in known if code.startswith(selector)]
         if not matched:
             hint = " (DPL000 is always on)" if selector == "DPL000" else ""
             if selector in RUNTIME_ONLY_CODES:
                 hint = " (a runtime check: enable it with `pytest --dplint` or `dplint.runtime.checking()`)"
-            raise ConfigError(f"{option}: unknown rule selector `{selector}`{hint}; see `dplint --list-rules`.")
+            raise ConfigError(f"{option}: unknown rule selector `{typed.strip()}`{hint}; see `dplint --list-rules`.")
+        if not preview:
+            stable = [code for code in matched if code not in PREVIEW_CODES]
+            if not stable and warnings is not None:
+                exact = matched == [selector]
+                hint = PREVIEW_HINT if exact else PREVIEW_HINT.replace("it runs", "they run")
+                warnings.append(f"{selector} is a preview rule; {hint}." if exact else f"`{typed.strip()}` selects only preview rules; {hint}.")
+            matched = stable
         codes.update(matched)
     return frozenset(codes)
 
@@ -155,35 +199,57 @@ def _string_list(value: Any, where: str) -> List[str]:
 
 
 def resolve_settings(start: Path, overrides: Mapping[str, Any], *, isolated: bool = False) -> Settings:
-    """Settings for a run over paths under `start`; `overrides` holds command-line values by key."""
+    """Settings for a run over paths under `start`; `overrides` holds command-line values by key.
+
+    `per-file-ignores` patterns from the configuration match paths relative to the pyproject.toml's
+    folder; those from the command line match paths relative to the current folder or to that folder.
+    """
     pyproject = None if isolated else find_pyproject(start)
     table: Dict[str, Any] = dict(read_table(pyproject)) if pyproject else {}
+    root = (pyproject.parent if pyproject else Path.cwd()).resolve()
     overrides = dict(overrides)
     given_root = overrides.pop("project-root", None)
+    per_file_table = {pattern: (codes, (root,)) for pattern, codes in _per_file_table(table.get("per-file-ignores", {})).items()}
+    given_per_file = overrides.pop("per-file-ignores", None)
+    if given_per_file is not None:  # the command line's replace the configuration's, as every flag does
+        bases = tuple(dict.fromkeys((Path.cwd().resolve(), root)))
+        per_file_table = {pattern: (codes, bases) for pattern, codes in given_per_file.items()}
     table.update((key, value) for key, value in overrides.items() if value is not None)
 
-    def codes(key: str) -> Optional[FrozenSet[str]]:
+    preview = table.get("preview", False)
+    if not isinstance(preview, bool):
+        raise ConfigError("`preview` must be true or false.")
+    warnings: List[str] = []
+
+    def codes(key: str, selecting: bool) -> Optional[FrozenSet[str]]:
         if key not in table:
             return None
-        return expand_codes(_string_list(table[key], f"`{key}`"), f"`{key}`")
+        selectors = _string_list(table[key], f"`{key}`")
+        return expand_codes(selectors, f"`{key}`", preview=preview or not selecting, warnings=warnings)
 
-    select = codes("select")
-    enabled = set(select if select is not None else (code for code, on in STATIC_CODES.items() if on))
-    enabled |= codes("extend-select") or frozenset()
-    enabled -= codes("ignore") or frozenset()
+    select = codes("select", selecting=True)
+    default = (code for code, on in STATIC_CODES.items() if on and (preview or code not in PREVIEW_CODES))
+    enabled = set(select if select is not None else default)
+    enabled |= codes("extend-select", selecting=True) or frozenset()
+    enabled -= codes("ignore", selecting=False) or frozenset()
 
-    per_file: List[Tuple[str, FrozenSet[str]]] = []
-    raw = table.get("per-file-ignores", {})
-    if not isinstance(raw, dict):
-        raise ConfigError("`per-file-ignores` must be a table of pattern = [codes].")
-    for pattern, selectors in raw.items():
-        per_file.append((pattern, expand_codes(_string_list(selectors, f"per-file-ignores `{pattern}`"), "per-file-ignores")))
+    per_file = []
+    for pattern, (selectors, bases) in per_file_table.items():
+        where = f"per-file-ignores `{pattern}`"
+        per_file.append(PerFileIgnore(pattern, expand_codes(_string_list(selectors, where), where), bases))
 
     exclude = _string_list(table["exclude"], "`exclude`") if "exclude" in table else list(DEFAULT_EXCLUDE)
     exclude += _string_list(table.get("extend-exclude", []), "`extend-exclude`")
-    root = pyproject.parent if pyproject else Path.cwd()
     project_root = _project_root(start, given_root, tuple(exclude), isolated)
-    return Settings(frozenset(enabled), tuple(per_file), tuple(exclude), root.resolve(), pyproject, project_root)
+    return Settings(
+        frozenset(enabled), tuple(per_file), tuple(exclude), root, pyproject, project_root, preview, tuple(dict.fromkeys(warnings))
+    )
+
+
+def _per_file_table(raw: Any) -> Dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ConfigError("`per-file-ignores` must be a table of pattern = [codes].")
+    return raw
 
 
 def _project_root(start: Path, given: Optional[str], exclude: Tuple[str, ...], isolated: bool) -> Optional[Path]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Tuple
 
-DOCS_URL = "https://github.com/dplint/dplint/blob/main/docs/rules.md"
-
 
 @dataclass(frozen=True, order=True)
 class Location:
@@ -60,9 +58,6 @@ class Finding:
     noqa_row: int = field(default=0, compare=False)
     references: Tuple[FileReference, ...] = ()
 
-    @property
-    def url(self) -> str:
-        return f"{DOCS_URL}#{self.code.lower()}-{self.name}"
 
     def message_for(self, show_path: Callable[[str], str]) -> str:
         """The message with every file it names shown by `show_path(absolute filename)`."""

@@ -35,7 +35,7 @@ def _positive_number(value: Any) -> bool:
 
 
 def _check_names(value: Any) -> bool:
-    from dplint.distributed.checks import ALL_CHECKS
+    from dplint.distributed.launcher import ALL_CHECKS
 
     return isinstance(value, (list, tuple)) and all(name in ALL_CHECKS for name in value)
 
@@ -115,6 +115,20 @@ def positive_int_setting(config: pytest.Config, name: str) -> Optional[int]:
     return value
 
 
+def _require_torch() -> None:
+    """Without torch the checks cannot run: one line naming the extra, exit status 2, as `dplint run` says it."""
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] != "torch":
+            raise
+        pytest.exit(
+            "dplint: the runtime checks need the runtime extra: pip install '.[runtime]' in a clone of dplint "
+            f"(pip install 'dplint[runtime]' once it is published) ({error})",
+            returncode=2,
+        )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     accepted = ", ".join(f"{name}=<{what}>" for name, (what, _) in MARKER_ARGUMENTS.items())
     config.addinivalue_line("markers", f"dplint({accepted}): run this test with dplint's DataParallel runtime checks")
@@ -130,6 +144,8 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"--dplint-ignore: {', '.join(unknown)} not runtime codes; they are {', '.join(sorted(RUNTIME_CODES))}"
             )
     config.stash[_STATE] = _PluginState(enabled, devices, ignore, [])
+    if enabled:
+        _require_torch()
 
 
 def pytest_report_header(config: pytest.Config) -> Optional[str]:
@@ -147,6 +163,8 @@ def _marker_usage_error(item: pytest.Item, problem: str) -> pytest.UsageError:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    if any(item.get_closest_marker("dplint") for item in items):
+        _require_torch()
     for item in items:
         for marker in item.iter_markers("dplint"):
             if marker.args:

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
+from dplint.docs import reference_url
 from dplint.finding import Finding, Location
 
 SourceLines = Callable[[str], Optional[List[str]]]
@@ -77,7 +78,7 @@ def finding_to_json(finding: Finding) -> Dict[str, object]:
         "end_location": _location(finding.end_location),
         "noqa_row": finding.noqa_row or finding.location.row,
         "fix": fix,
-        "url": finding.url,
+        "url": reference_url(finding.code, finding.name),
     }
 
 
@@ -86,19 +87,25 @@ def write_json(findings: Sequence[Finding], out: TextIO) -> None:
     out.write("\n")
 
 
-def statistics(findings: Sequence[Finding]) -> List[Dict[str, object]]:
+def statistics(findings: Sequence[Finding], unsafe: bool = False) -> List[Dict[str, object]]:
+    """Findings per rule, most first; `fixable`: how many of them `--fix` would fix."""
     counts = Counter((f.code, f.name) for f in findings)
-    return [{"code": code, "name": name, "count": count} for (code, name), count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    fixable = Counter((f.code, f.name) for f in findings if is_fixable(f, unsafe))
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [{"code": code, "name": name, "count": count, "fixable": fixable[code, name]} for (code, name), count in ordered]
 
 
-def write_statistics(findings: Sequence[Finding], out: TextIO, as_json: bool) -> None:
-    rows = statistics(findings)
+def write_statistics(findings: Sequence[Finding], out: TextIO, as_json: bool, unsafe: bool = False) -> None:
+    rows = statistics(findings, unsafe)
     if as_json:
         json.dump(rows, out, indent=2)
         out.write("\n")
         return
+    # Ruff's layout: `[*]` before a rule with fixable findings, `[ ]` before the others when any has one.
+    any_fixable = any(row["fixable"] for row in rows)
     for row in rows:
-        out.write(f"{row['count']:>5}\t{row['code']}\t{row['name']}\n")
+        marker = ("[*] " if row["fixable"] else "[ ] ") if any_fixable else ""
+        out.write(f"{row['count']:>5}\t{row['code']}\t{marker}{row['name']}\n")
 
 
 def full_frame(finding: Finding, lines: Optional[List[str]], unsafe: bool = False) -> List[str]:
@@ -238,7 +245,8 @@ def step_summary(findings: Sequence[Finding], root: str) -> str:
     for finding in findings:
         by_code.setdefault(finding.code, []).append(finding)
     for code, group in sorted(by_code.items()):
-        lines += [f"### [{code} {group[0].name}]({group[0].url}) ({len(group)})", "", "| location | message |", "|---|---|"]
+        # A job summary is read in the browser, where a link to the runner's files leads nowhere.
+        lines += [f"### {code} {group[0].name} ({len(group)})", "", "| location | message |", "|---|---|"]
         for finding in group:
             where = f"{relative_uri(finding.filename, root)}:{finding.location.row}:{finding.location.column}"
             message = finding.message_for(lambda filename: relative_uri(filename, root))
@@ -249,7 +257,6 @@ def step_summary(findings: Sequence[Finding], root: str) -> str:
 
 def write_sarif(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines) -> None:
     from dplint import __version__
-    from dplint.finding import DOCS_URL
     from dplint.rules import BY_CODE
 
     root = workspace_root()
@@ -258,18 +265,19 @@ def write_sarif(findings: Sequence[Finding], out: TextIO, source_lines: SourceLi
     for code in codes:
         rule = BY_CODE[code]
         docs = rule.docs()
-        rules.append(
-            {
-                "id": code,
-                "name": rule.name,
-                "shortDescription": {"text": rule.summary},
-                "fullDescription": {"text": _section(docs, "What it does") or rule.summary},
-                "help": {"text": docs, "markdown": docs},
-                "helpUri": f"{DOCS_URL}#{code.lower()}-{rule.name}",
-                "defaultConfiguration": {"level": "warning" if rule.severity == "warning" else "error"},
-                "properties": {"tags": ["multi-gpu", "pytorch"]},
-            }
-        )
+        descriptor = {
+            "id": code,
+            "name": rule.name,
+            "shortDescription": {"text": rule.summary},
+            "fullDescription": {"text": _section(docs, "What it does") or rule.summary},
+            "help": {"text": docs, "markdown": docs},
+            "defaultConfiguration": {"level": "warning" if rule.severity == "warning" else "error"},
+            "properties": {"tags": ["multi-gpu", "pytorch"]},
+        }
+        help_uri = reference_url(code, rule.name)
+        if help_uri is not None:  # the help text above is the whole page; the link is a convenience
+            descriptor["helpUri"] = help_uri
+        rules.append(descriptor)
     prints = fingerprints(findings, source_lines, root)
     results = []
     for index, finding in enumerate(findings):
@@ -306,7 +314,6 @@ def write_sarif(findings: Sequence[Finding], out: TextIO, source_lines: SourceLi
                     "driver": {
                         "name": "dplint",
                         "version": __version__,
-                        "informationUri": DOCS_URL.split("/blob/")[0],
                         "rules": rules,
                     }
                 },

@@ -84,6 +84,10 @@ class Rule:
     summary: ClassVar[str]
     severity: ClassVar[str] = "error"
     enabled_by_default: ClassVar[bool] = True
+    # Not yet measured precise enough to be on by default: runs only with `--preview` (Ruff's tiers).
+    preview: ClassVar[bool] = False
+    # For a preview rule: what its measurement showed, in one or two sentences (`--explain` prints it).
+    preview_reason: ClassVar[str] = ""
     # Checked only at runtime, by `dplint.runtime` (the pytest plugin); there is nothing to lint statically.
     runtime_only: ClassVar[bool] = False
     # A file whose text matches none of the enabled rules' triggers is never parsed.
@@ -111,3 +115,11 @@ class Rule:
     @classmethod
     def docs(cls) -> str:
         return inspect.cleandoc(cls.__doc__ or "")
+
+
+class WrappedForwardRule(Rule):
+    """A rule about the `forward` of modules DataParallel runs: a file that defines none of the
+    classes the project wraps is never parsed for it."""
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: "ProjectFacts") -> bool:
+        return project.wraps_any(module_classes) and super().applies_to(text, module_classes, project)

@@ -7,7 +7,8 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.analysis.facts import ProjectFacts
-from dplint.analysis.names import Body, block_body, child_blocks
+from dplint.analysis.inference import Binding, Inference
+from dplint.analysis.names import Body, block_body, child_blocks, child_nodes
 from dplint.analysis.outline import Outline
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
@@ -48,8 +49,11 @@ class AccumulatedLossTensor(Rule):
 
     ## Known problems
     Accumulating on purpose to back-propagate once after the loop (`total.backward()`) is
-    recognised and not reported; accumulating into something else (a list, a metric object) is not
-    checked.
+    recognised and not reported, and so are a loss made graph-free before the addition on every path
+    (`loss = loss.item()`, `.detach()`, `float(loss)`) and an accumulator rebound before every
+    addition (`total = 0` earlier in the same iteration). Two additions after one reset
+    (`total = 0; total += a; total += b`) are reported though nothing grows across iterations.
+    Accumulating into something else (a list, a metric object) is not checked.
     """
 
     code = "DPL402"
@@ -125,6 +129,26 @@ class AccumulatedLossTensor(Rule):
                 return total / len(loader)
             """
         ),
+        Valid(
+            """
+            total = 0.0
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                loss = loss.item()
+                total += loss  # a float by now
+            """
+        ),
+        Valid(
+            """
+            for x, y in loader:
+                total = 0
+                loss = criterion(model(x), y)
+                loss.backward()
+                total += loss  # restarted every iteration
+                print(total)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -171,12 +195,36 @@ class AccumulatedLossTensor(Rule):
             """,
             line=6,
         ),
+        Invalid(
+            """
+            for epoch in range(epochs):
+                total = 0  # restarted every epoch, but it grows over the epoch's steps
+                for x, y in loader:
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    total += loss
+            """,
+            line=6,
+        ),
+        Invalid(
+            """
+            total = 0
+            for step, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y)
+                loss.backward()
+                if step % 10 == 0:
+                    loss = loss.item()
+                total += loss  # a float on one step in ten only
+            """,
+            line=7,
+        ),
     ]
 
     def applies_to_outline(self, outline: Outline) -> bool:
         return not outline.accumulated.isdisjoint(outline.backward_receivers)
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
+        inference = Inference.of(ctx)
         reported: Set[cst.CSTNode] = set()  # a statement in nested loops is seen from each of them
         for body in _graph_building_bodies(ctx, ctx.module.body):
             backed_up = _backward_targets(body)
@@ -184,9 +232,9 @@ class AccumulatedLossTensor(Rule):
             for loop in _loops(body):
                 trained = _backward_targets(block_body(loop.body))
                 for statement, accumulator, loss in _accumulations(block_body(loop.body)):
-                    if statement in without_graph:
+                    if statement in without_graph or statement in reported:
                         continue
-                    if loss.value in trained and accumulator not in backed_up and statement not in reported:
+                    if loss.value in trained and accumulator not in backed_up and _grows(inference, statement, accumulator, loss):
                         reported.add(statement)
                         yield self._report(ctx, statement, accumulator, loss)
 
@@ -209,6 +257,44 @@ NO_GRAD = frozenset(
     {"torch.no_grad", "torch.autograd.no_grad", "torch.inference_mode", "torch.autograd.grad_mode.inference_mode",
      "torch.autograd.grad_mode.no_grad"}
 )
+
+
+# Methods whose result holds no autograd graph (`loss = loss.item()` before `total += loss`).
+GRAPH_FREE_METHODS = frozenset({"item", "detach", "tolist", "numpy"})
+GRAPH_FREE_BUILTINS = frozenset({"float", "int"})
+
+
+def _grows(inference: Inference, statement: cst.BaseSmallStatement, accumulator: str, loss: cst.Name) -> bool:
+    """Whether the sum may carry a graph from one iteration to the next: unless what reaches the added
+    name is always graph-free (`loss = loss.item()`), or the accumulator is rebound before every
+    addition (`total = 0` earlier in the same iteration). Unknown counts as growing."""
+    scope = inference.scope_of(statement)
+    if scope is None:
+        return True
+    added = inference.reaching_bindings(loss, scope)
+    if added and all(binding.value is not None and not binding.keeps_previous and _graph_free(binding.value) for binding in added):
+        return False
+    read = statement.target if isinstance(statement, cst.AugAssign) else statement.value.left  # type: ignore[attr-defined]
+    before = inference.reaching_bindings(read, scope)
+    return not before or not all(_resets(binding, accumulator) for binding in before)
+
+
+def _graph_free(value: cst.BaseExpression) -> bool:
+    if not isinstance(value, cst.Call):
+        return False
+    func = value.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value in GRAPH_FREE_METHODS
+    return isinstance(func, cst.Name) and func.value in GRAPH_FREE_BUILTINS
+
+
+def _resets(binding: Binding, accumulator: str) -> bool:
+    """`total = 0`: a binding that starts the sum afresh (not `total = total + x`, not `total += x`)."""
+    return binding.value is not None and not binding.keeps_previous and not _reads(binding.value, accumulator)
+
+
+def _reads(node: cst.CSTNode, name: str) -> bool:
+    return (isinstance(node, cst.Name) and node.value == name) or any(_reads(child, name) for child in child_nodes(node))
 
 
 def _disables_grad(ctx: FileContext, expr: cst.BaseExpression) -> bool:

@@ -9,10 +9,10 @@ import libcst as cst
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.analysis.facts import Wrap
-from dplint.analysis.inference import Binding, Inference, Kind, Scope, WrappedForwardRule
+from dplint.analysis.inference import Binding, Inference, Kind, Scope
 from dplint.analysis.names import Body, block_body, dotted, signed_integer_value
 from dplint.finding import FileReference
-from dplint.rule import Invalid, Report, Valid
+from dplint.rule import Invalid, Report, Valid, WrappedForwardRule
 
 MOVERS = frozenset({"permute", "transpose", "swapaxes", "swapdims", "movedim", "moveaxis", "t"})
 # Methods and torch functions that keep every dimension where it is.

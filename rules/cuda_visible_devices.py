@@ -54,11 +54,12 @@ class FlowState:
     cuda_names: frozenset = frozenset()  # names bound to a CUDA device (`device = torch.device("cuda")`)
 
     def merge(self, other: "FlowState") -> "FlowState":
-        """After a branch: what may have happened on either path."""
+        """Where two paths meet: torch may have been imported on either (DPL202 says "may"), but CUDA
+        counts as initialised, and a name as a CUDA device, only when it is so on both (DPL201 is certain)."""
         return FlowState(
             self.torch_import or other.torch_import,
-            self.cuda_init or other.cuda_init,
-            self.cuda_names | other.cuda_names,
+            self.cuda_init if other.cuda_init is not None else None,
+            self.cuda_names & other.cuda_names,
         )
 
 
@@ -145,11 +146,15 @@ class FlowAnalysis:
         if isinstance(statement, cst.ClassDef):
             return self._block(block_body(statement.body), state)
         state = self._expressions(_header_expressions(statement), statement, state)
-        blocks = list(child_blocks(statement))
-        after = self._block(blocks[0], state)
-        for block in blocks[1:]:
-            after = after.merge(self._block(block, state))
-        return after.merge(state)
+        if isinstance(statement, cst.With):
+            return self._block(block_body(statement.body), state)
+        after = state
+        paths = [self._block(block, state) for block in child_blocks(statement)]
+        if _one_block_runs(statement):
+            after = paths.pop(0)
+        for path in paths:
+            after = after.merge(path)
+        return after
 
     def _small(self, small: cst.BaseSmallStatement, state: FlowState) -> FlowState:
         if isinstance(small, (cst.Import, cst.ImportFrom)):
@@ -299,6 +304,14 @@ def _is_variable_name(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.SimpleString) and node.evaluated_value == VARIABLE
 
 
+def _one_block_runs(statement: cst.CSTNode) -> bool:
+    """An `if`/`elif` chain that ends in `else`: one of its blocks always runs. (A loop may run no
+    iteration; a `try` body may stop at its first statement; a `match` may match no case.)"""
+    while isinstance(statement, cst.If):
+        statement = statement.orelse
+    return isinstance(statement, cst.Else)
+
+
 def _header_expressions(statement: cst.CSTNode) -> List[cst.CSTNode]:
     """The expressions a compound statement evaluates before entering its blocks."""
     if isinstance(statement, (cst.If, cst.While)):
@@ -400,8 +413,9 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
 
     ## Known problems
     Only calls the file makes itself are followed: a CUDA call inside another module's function, or
-    a method called through an object, is not seen. Branches are assumed to run (an initialisation in
-    one branch of an `if` counts for what follows the `if`). Child processes read the variable
+    a method called through an object, is not seen. CUDA counts as initialised only where it is on
+    every path: after an `if` whose every branch initialises it, not after one branch, a loop body or
+    a `try` body (DPL202 reports those as possibly too late). Child processes read the variable
     afresh, so setting it for a subprocess is fine but looks the same to this rule.
     """
 
@@ -444,6 +458,24 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
             os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
             """
         ),
+        Valid(
+            """
+            import os
+            import torch
+
+            if args.gpu == "all":
+                args.gpu = ",".join(str(i) for i in range(torch.cuda.device_count()))
+            os.environ["CUDA_VISIBLE_DEVICES"] = args.gpu  # DPL202: CUDA is initialised on one path only
+            """
+        ),
+        Valid(
+            """
+            import os
+            import torch
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+            torch.cuda.set_device(0)  # runs after the assignment
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -454,6 +486,23 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
             os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"
             """,
             line=4,
+        ),
+        Invalid(
+            """
+            import os
+            import torch
+
+            def main(args):
+                report_devices()  # written below, but it runs before the assignment
+                os.environ["CUDA_VISIBLE_DEVICES"] = args.gpus
+
+            def report_devices():
+                print(torch.cuda.get_device_name())
+
+            if __name__ == "__main__":
+                main(parse_args())
+            """,
+            line=6,
         ),
         Invalid(
             """
@@ -604,6 +653,17 @@ class CudaVisibleDevicesAfterTorchImport(Rule):
             os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
             """,
             line=3,
+        ),
+        Invalid(
+            """
+            import os
+            import torch
+
+            if args.gpu == "all":
+                args.gpu = ",".join(str(i) for i in range(torch.cuda.device_count()))
+            os.environ["CUDA_VISIBLE_DEVICES"] = args.gpu  # too late on the "all" path only
+            """,
+            line=6,
         ),
     ]
 

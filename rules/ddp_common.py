@@ -11,7 +11,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tup
 import libcst as cst
 
 from dplint.analysis.facts import DistributedProgram, FileFacts, scan_distributed, scan_imports
-from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_calls, names_in, signed_integer_value
+from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, descendants, dotted, iter_calls, names_in, signed_integer_value
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 
@@ -190,15 +190,115 @@ def is_evaluation_name(name: str) -> bool:
     return any(_EVALUATION_WORD.search(part) for part in name.split("."))
 
 
-def is_rank_test(expr: cst.BaseExpression) -> bool:
+@dataclass(frozen=True)
+class RankKnowledge:
+    """What a file shows about ranks beyond the rank words: identifiers that hold a rank (`gpu`, spawn's
+    process index; `self.gpu_id = int(os.environ["LOCAL_RANK"])`; a path built from one), identifiers that
+    hold a rank test (`save_to_disk = get_rank() == 0`), and functions that return one (`is_primary()`,
+    from any file of the project)."""
+
+    values: FrozenSet[str] = frozenset()
+    flags: FrozenSet[str] = frozenset()
+    predicates: FrozenSet[str] = frozenset()
+
+    def mentions_rank(self, expr: cst.CSTNode) -> bool:
+        words = names_in(expr)
+        return not self.values.isdisjoint(words) or any(_RANK_WORD.search(word) for word in words)
+
+
+NO_KNOWLEDGE = RankKnowledge()
+_RANK_VARIABLE = re.compile(r"RANK|PROCID")  # LOCAL_RANK, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK
+_SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "torch.multiprocessing.spawn.spawn"})
+_DEVICE_MOVES = frozenset({"to", "cuda"})
+
+
+def rank_knowledge(ctx: FileContext) -> RankKnowledge:
+    return ctx.memo("rank-knowledge", lambda: _rank_knowledge(ctx))
+
+
+def _rank_knowledge(ctx: FileContext) -> RankKnowledge:
+    functions: Dict[str, cst.FunctionDef] = {}
+    assignments: List[Tuple[List[str], cst.BaseExpression]] = []
+    values: Set[str] = set()
+    spawned: List[str] = []
+    pending: List[cst.CSTNode] = [ctx.module]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.FunctionDef):
+            functions.setdefault(node.name.value, node)
+        elif isinstance(node, cst.Assign):
+            assignments.append(([_last_name(t.target) for t in node.targets], node.value))
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            assignments.append(([_last_name(node.target)], node.value))
+        elif isinstance(node, cst.Call) and ctx.qualify(node.func) in _SPAWNERS:
+            spawned.append(dotted(node.args[0].value) or "" if node.args else "")
+        pending.extend(child_nodes(node))
+    for name in spawned:  # `mp.spawn(main_worker, ...)` passes each process its index first
+        target = functions.get(name.rpartition(".")[2])
+        if target is not None and parameter_names(target):
+            values.add(parameter_names(target)[0])
+    predicates = set(ctx.project.rank_predicates)
+    for name, function in functions.items():
+        returns = [n.value for n in _returns(function) if n.value is not None]
+        if not function.params.params and returns and all(is_rank_test(value) for value in returns):
+            predicates.add(name)
+    flags: Set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        known = RankKnowledge(frozenset(values), frozenset(flags), frozenset(predicates))
+        for targets, value in assignments:
+            before = len(flags) + len(values)
+            if is_rank_test(value, known):
+                flags.update(t for t in targets if t)
+            if _holds_rank(ctx, value, known):
+                values.update(t for t in targets if t)
+            changed = changed or len(flags) + len(values) != before
+    return RankKnowledge(frozenset(values), frozenset(flags), frozenset(predicates))
+
+
+def _last_name(target: cst.BaseExpression) -> str:
+    """`gpu` for `gpu`, `gpu_id` for `self.gpu_id`; "" for a target that is neither."""
+    if isinstance(target, cst.Name):
+        return target.value
+    if isinstance(target, cst.Attribute):
+        return target.attr.value
+    return ""
+
+
+def _returns(function: cst.FunctionDef) -> Iterator[cst.Return]:
+    pending: List[cst.CSTNode] = [function.body]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Return):
+            yield node
+        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            pending.extend(child_nodes(node))
+
+
+def _holds_rank(ctx: FileContext, value: cst.BaseExpression, known: RankKnowledge) -> bool:
+    """Whether an assigned value is a rank, or built from one (`int(os.environ["LOCAL_RANK"])`,
+    `f"ckpt_{gpu}.pt"`, `args.rank % torch.cuda.device_count()`): not a tensor or model moved to it."""
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _DEVICE_MOVES:
+        return False
+    if isinstance(value, cst.Call) and ctx.qualify(value.func) in DDP:
+        return False
+    if known.mentions_rank(value):
+        return True
+    return any(
+        isinstance(node, cst.SimpleString) and _RANK_VARIABLE.search(node.value) for node in descendants(value)
+    )
+
+
+def is_rank_test(expr: cst.BaseExpression, known: RankKnowledge = NO_KNOWLEDGE) -> bool:
     """Whether a condition can differ between the ranks of one job: `rank == 0`, `is_main_process()`,
     `local_rank in (-1, 0)`. `local_rank == -1` and `rank is None` test the mode, the same on every rank."""
     if isinstance(expr, cst.BooleanOperation):
-        return is_rank_test(expr.left) or is_rank_test(expr.right)
+        return is_rank_test(expr.left, known) or is_rank_test(expr.right, known)
     if isinstance(expr, cst.UnaryOperation):
-        return is_rank_test(expr.expression)
+        return is_rank_test(expr.expression, known)
     if isinstance(expr, cst.Comparison):
-        if not mentions_rank(expr):
+        if not known.mentions_rank(expr):
             return False
         literals: List[int] = []
         for target in expr.comparisons:
@@ -209,9 +309,10 @@ def is_rank_test(expr: cst.BaseExpression) -> bool:
                 return False
         return not literals or any(value >= 0 for value in literals)
     if isinstance(expr, (cst.Name, cst.Attribute)):
-        return bool(_RANK_PREDICATE.match(expr.value if isinstance(expr, cst.Name) else expr.attr.value))
+        word = expr.value if isinstance(expr, cst.Name) else expr.attr.value
+        return bool(_RANK_PREDICATE.match(word)) or word in known.flags or word in known.predicates
     if isinstance(expr, cst.Call):
-        return isinstance(expr.func, (cst.Name, cst.Attribute)) and is_rank_test(expr.func)
+        return isinstance(expr.func, (cst.Name, cst.Attribute)) and is_rank_test(expr.func, known)
     return False
 
 
@@ -267,13 +368,13 @@ def iter_scopes(module: cst.Module) -> Iterator[ScopeInfo]:
                 pending.extend((block, owner) for block in child_blocks(statement))
 
 
-def iter_sites(scope: ScopeInfo) -> Iterator[Site]:
+def iter_sites(scope: ScopeInfo, known: RankKnowledge = NO_KNOWLEDGE) -> Iterator[Site]:
     """Every small statement of the scope (not of nested functions), in source order, with its rank guard."""
     guard = scope.node if scope.node is not None and is_rank_zero_decorated(scope.node) else None
-    yield from _sites(scope.body, guard)
+    yield from _sites(scope.body, guard, known)
 
 
-def _sites(body: Body, guard: Optional[cst.CSTNode]) -> Iterator[Site]:
+def _sites(body: Body, guard: Optional[cst.CSTNode], known: RankKnowledge) -> Iterator[Site]:
     for statement in body:
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
@@ -281,16 +382,16 @@ def _sites(body: Body, guard: Optional[cst.CSTNode]) -> Iterator[Site]:
             for small in statement.body:
                 yield Site(small, guard)
             continue
-        if isinstance(statement, cst.If) and guard is None and is_rank_test(statement.test):
+        if isinstance(statement, cst.If) and guard is None and is_rank_test(statement.test, known):
             for block in child_blocks(statement):
-                yield from _sites(block, statement)
+                yield from _sites(block, statement, known)
             if statement.orelse is None and exits(block_body(statement.body)):
                 # `if rank != 0: return`: what follows runs on some ranks only.
                 guard = statement
             continue
         if isinstance(statement, cst.BaseCompoundStatement):
             for block in child_blocks(statement):
-                yield from _sites(block, guard)
+                yield from _sites(block, guard, known)
 
 
 def exits(body: Body) -> bool:

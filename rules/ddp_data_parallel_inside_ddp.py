@@ -40,10 +40,17 @@ class DataParallelInsideDdp(Rule):
     ```
 
     ## Known problems
-    Only a wrap in the same function is seen.
+    Only a wrap in the same function is seen, and only one that is made on every path to the DDP wrap:
+    `if n_gpu > 1: model = nn.DataParallel(model)` followed by `if local_rank != -1: model = DDP(model)`
+    is the usual pair of exclusive modes (Hugging Face scripts set `n_gpu = 1` under DDP), and whether
+    two conditions exclude each other is not decided from their text.
     """
 
     code = "DPL514"
+    preview = True
+    preview_reason = (
+        "Its 15 findings before this release were all exclusive branches; it now reports none on the sweep, so there is no measurement of its precision yet."
+    )
     name = "data-parallel-inside-ddp"
     summary = "`DistributedDataParallel(nn.DataParallel(...))`: two data-parallel wrappers, an unsupported mode."
     triggers = GuardedPattern(r"DistributedDataParallel|\bDDP\b", ["DistributedDataParallel", "DDP"], one_line=True)
@@ -85,8 +92,39 @@ class DataParallelInsideDdp(Rule):
                 model = torch.nn.DataParallel(model).cuda()
             """
         ),
+        Valid(
+            """
+            import torch
+            # Hugging Face scripts: DDP sets n_gpu = 1, so the two wraps are exclusive modes.
+            if args.n_gpu > 1:
+                model = torch.nn.DataParallel(model)
+            if args.local_rank != -1:
+                model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.local_rank])
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            # yolov5/yolov7: DataParallel only when rank == -1, DDP only when it is not.
+            if cuda and rank == -1 and torch.cuda.device_count() > 1:
+                model = torch.nn.DataParallel(model)
+            if cuda and rank != -1:
+                model = DDP(model, device_ids=[opt.local_rank])
+            """
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch.nn as nn
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            if use_cuda:
+                model = nn.DataParallel(net)
+                model = DDP(model, device_ids=[local_rank])
+            """,
+            line=5,
+        ),
         Invalid(
             """
             import torch.nn as nn
@@ -130,12 +168,15 @@ class DataParallelInsideDdp(Rule):
 
     @staticmethod
     def _wraps_data_parallel(ctx: FileContext, point: Point, inner: Optional[cst.BaseExpression]) -> bool:
-        """`DDP(nn.DataParallel(net))`, or a name that holds a DataParallel wrapper on the path to here."""
+        """`DDP(nn.DataParallel(net))`, or a name that holds a DataParallel wrapper on every path to here:
+        a wrap made under a condition this path does not also take (`if n_gpu > 1:` before `if
+        local_rank != -1:`) may be on the other branch of one mode switch, so it is not reported."""
         if isinstance(inner, cst.Call):
             return ctx.qualify(inner.func) in DATA_PARALLEL
         name = dotted(inner) if inner is not None else None
         sites = point.wrapped.get(name, frozenset()) if name is not None else frozenset()
-        return any(site.wrapper == "DataParallel" and site.possible_under(point.path) for site in sites)
+        taken = set(point.path)
+        return any(site.wrapper == "DataParallel" and set(site.conditions) <= taken for site in sites)
 
 
 def _strip(expr: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:

@@ -4,6 +4,7 @@ from typing import Iterator, List
 
 import libcst as cst
 
+from dplint.analysis.facts import scan_distributed
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
@@ -38,7 +39,11 @@ class LocalRankArgument(Rule):
     `parser.add_argument("--local-rank", "--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))`.
 
     ## Known problems
-    Any mention of `"LOCAL_RANK"` in the project counts as reading it.
+    Any mention of `"LOCAL_RANK"` in the project counts as reading it. The argument must be read
+    (`args.local_rank`, `para["local_rank"]`) somewhere in the program, and the program must have no
+    other source of the local rank: an overwrite of `.local_rank`, a fallback (`args.local_rank or
+    ...`), a rank modulo `torch.cuda.device_count()`, `mp.spawn`'s process index, or the DeepSpeed
+    launcher (which passes `--local_rank`) silence it.
     """
 
     code = "DPL510"
@@ -71,6 +76,46 @@ class LocalRankArgument(Rule):
                 args.local_rank = int(os.environ["LOCAL_RANK"])
             """
         ),
+        Valid(
+            """
+            import argparse
+            # The option only accepts the old launcher's argument; the rank's GPU comes from elsewhere.
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=0)
+            args = parser.parse_args()
+            """
+        ),
+        Valid(
+            """
+            import argparse
+            import torch.distributed as dist
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=-1)
+            args = parser.parse_args()
+            dist.init_process_group("nccl")
+            args.local_rank = dist.get_rank() % args.gpus_per_node
+            """
+        ),
+        Valid(
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=None)
+            args = parser.parse_args()
+            local_rank = args.local_rank or rank % torch.cuda.device_count()
+            """
+        ),
+        Valid(
+            """
+            import argparse
+            import deepspeed  # the deepspeed launcher passes --local_rank=N to every rank
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=-1)
+            args = parser.parse_args()
+            torch.cuda.set_device(args.local_rank)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -78,6 +123,8 @@ class LocalRankArgument(Rule):
             import argparse
             parser = argparse.ArgumentParser()
             parser.add_argument("--local_rank", type=int, default=0)
+            args = parser.parse_args()
+            torch.cuda.set_device(args.local_rank)
             """,
             line=3,
         ),
@@ -89,6 +136,11 @@ class LocalRankArgument(Rule):
                 parser = argparse.ArgumentParser(description="train")
                 parser.add_argument('--local_rank', default=-1, type=int, help='node rank for distributed training')
                 return parser.parse_args()
+
+            def main():
+                args = parse_args()
+                if args.local_rank != -1:
+                    torch.distributed.init_process_group(backend="nccl")
             """,
             line=5,
         ),
@@ -101,13 +153,15 @@ class LocalRankArgument(Rule):
                 "--local_rank",
                 type=int,
             )
+            para = vars(p.parse_args())
+            device = f"cuda:{para['local_rank']}"
             """,
             line=4,
         ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        if program_or_file(ctx).reads_local_rank_env:
+        if program_or_file(ctx).reads_local_rank_env or not _only_source_read(ctx):
             return
         for call in calls_in(ctx.module):
             if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"):
@@ -119,6 +173,21 @@ class LocalRankArgument(Rule):
                     message="`--local_rank` is the only source of the local rank: torchrun passes no such argument.",
                     help='Read `int(os.environ["LOCAL_RANK"])`, or accept "--local-rank" too with that as the default.',
                 )
+
+
+def _only_source_read(ctx: FileContext) -> bool:
+    """Whether the program reads the parsed local rank, and neither this file nor a file that reads it
+    has another source of the local rank (a library file elsewhere in the program that calls `mp.spawn`
+    says nothing about this script's ranks)."""
+    own = scan_distributed(ctx.source)
+    if own is not None and own.other_local_rank_source:
+        return False
+    files = ctx.project.files
+    readers = [facts.distributed for name in ctx.project.distributed.companions(ctx.filename) if (facts := files.get(name)) is not None]
+    readers = [facts for facts in readers if facts is not None and facts.reads_local_rank_argument]
+    if own is not None and own.reads_local_rank_argument:
+        readers.append(own)
+    return bool(readers) and not any(facts.other_local_rank_source for facts in readers)
 
 
 def _option_strings(call: cst.Call) -> List[str]:

@@ -52,6 +52,10 @@ class MissingSetDevice(Rule):
     """
 
     code = "DPL508"
+    preview = True
+    preview_reason = (
+        "Measured 0.00: ranks that place every tensor with their local rank explicitly (`.to(gpu_id)`), or that see one GPU each, are reported."
+    )
     name = "missing-set-device"
     summary = "An NCCL process group whose ranks never select their own GPU: every rank piles onto GPU 0."
     triggers = re.compile(r"nccl")

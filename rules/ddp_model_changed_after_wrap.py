@@ -15,6 +15,9 @@ from dplint.rules.ddp_common import DDP, USES_DISTRIBUTED, argument, calls_in, i
 
 CASTS = frozenset({"half", "double", "bfloat16"})
 MOVES = frozenset({"to", "cuda", "cpu"})
+DESTROY_PROCESS_GROUP = frozenset(
+    {"torch.distributed.destroy_process_group", "torch.distributed.distributed_c10d.destroy_process_group"}
+)
 LOW_PRECISION_DTYPES = frozenset(
     f"torch.{name}" for name in ("half", "float16", "bfloat16", "double", "float64")
 )
@@ -61,11 +64,16 @@ class ModelChangedAfterDdpWrap(Rule):
     ```
 
     ## Known problems
-    The wrap and the change must be in the same function. A load that every rank performs after the
+    The wrap and the change must be in the same function. Nothing after `destroy_process_group()` is
+    reported (teardown), nor a move of a model already moved before the wrap (`build().to(device)`). A load that every rank performs after the
     wrap keeps the ranks equal and is not reported.
     """
 
     code = "DPL511"
+    preview = True
+    preview_reason = (
+        "Its 7 findings before this release were all teardown or no-op moves; it now reports none on the sweep, so there is no measurement of its precision yet."
+    )
     name = "model-changed-after-ddp-wrap"
     summary = "Parameters loaded on one rank, cast, moved or replaced after the DDP wrap: replicas drift apart."
     triggers = GuardedPattern(r"DistributedDataParallel|\bDDP\b", ["DistributedDataParallel", "DDP"], one_line=True)
@@ -97,6 +105,29 @@ class ModelChangedAfterDdpWrap(Rule):
             model = DDP(net)
             model.train()
             batch = batch.half()
+            """
+        ),
+        Valid(
+            """
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = build_model(cfg).to(device)
+            if distributed:
+                model = DDP(model, device_ids=[local_rank])
+            model.to(device)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            ddp_model = DDP(model, device_ids=[local_rank])
+            train(ddp_model)
+            dist.destroy_process_group()
+            model.cpu()  # teardown: free the GPU before the next trial
+            del model
+            torch.cuda.empty_cache()
             """
         ),
     ]
@@ -139,15 +170,16 @@ class ModelChangedAfterDdpWrap(Rule):
             moved: Set[str] = set()
             for site in iter_sites(scope):
                 small = site.statement
+                if wrap is not None and any(ctx.qualify(call.func) in DESTROY_PROCESS_GROUP for call in calls_in(small)):
+                    wrap = None  # teardown: no DDP step follows, so nothing can drift
+                    continue
                 if wrap is not None:
                     yield from self._changes(ctx, small, site.guard is not None, wrap)
                 new_wrap = _wrap(ctx, small, moved)
                 if new_wrap is not None:
                     wrap = new_wrap
                     continue
-                for call in calls_in(small):
-                    if isinstance(call.func, cst.Attribute) and call.func.attr.value in MOVES:
-                        moved.add(dotted(call.func.value) or "")
+                moved.update(_moved_names(small))
 
     def _changes(self, ctx: FileContext, small: cst.BaseSmallStatement, guarded: bool, wrap: _Wrap) -> Iterator[Report]:
         if isinstance(small, cst.Assign):
@@ -208,6 +240,23 @@ def _wrap(ctx: FileContext, small: cst.BaseSmallStatement, moved: Set[str]) -> O
         inner.add(inner_name)
     moved_before = moved_before or bool(inner_name and inner_name in moved)
     return _Wrap(small, wrappers, inner, moved_before)
+
+
+def _moved_names(small: cst.BaseSmallStatement) -> Set[str]:
+    """The names a statement moves to a device: `net.cuda()`, and `net = build().to(device)`."""
+    names = {dotted(call.func.value) or "" for call in calls_in(small) if isinstance(call.func, cst.Attribute) and call.func.attr.value in MOVES}
+    if isinstance(small, cst.Assign) and _chain_moves(small.value):
+        names.update(name for name in (dotted(target.target) for target in small.targets) if name)
+    return names
+
+
+def _chain_moves(expr: cst.BaseExpression) -> bool:
+    """Whether `build(...).to(device).train()` moves what it returns: a move among its chained methods."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in MODULE_RETURNING_METHODS:
+        if expr.func.attr.value in MOVES:
+            return True
+        expr = expr.func.value
+    return False
 
 
 def _casts(ctx: FileContext, call: cst.Call) -> bool:

@@ -178,6 +178,10 @@ class RankConditionalCollective(Rule):
     """
 
     code = "DPL507"
+    preview = True
+    preview_reason = (
+        "Measured 0.40: evaluations under a mode test (`local_rank == -1`) and forwards through models that run no collective are reported."
+    )
     name = "rank-conditional-collective"
     summary = "A collective (barrier, all_reduce, a DDP forward, ...) that only some ranks run: the job hangs."
     # A rank condition: an `if`/`elif`/conditional expression or a decorator that names a rank.

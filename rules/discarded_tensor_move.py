@@ -55,15 +55,20 @@ class DiscardedTensorMove(Rule):
     ## Known problems
     The rule reports only values it can show are tensors *at that line*, following the function's
     control flow (a name rebound to something unknown earlier on any path is unknown; code after
-    `return`, `raise`, `break`, `continue` or `sys.exit()` is never reported). Evidence: results of
-    tensor factories and `torch.nn.functional`, `nn.Parameter`, registered buffers and tensor
-    attributes set in the class, arguments annotated `torch.Tensor`, arithmetic and tensor methods on
-    tensors, elements of a loop over a `torch.utils.data.DataLoader` built without `collate_fn` (a
-    `**kwargs` argument is assumed not to carry one) or over a tensor, what unpacking or indexing
-    those gives, lists, tuples and dicts built only from tensors (literals and comprehensions, never
-    given anything else later), `module.parameters()`, parameters whose every caller in the same file
+    `return`, `raise`, `break`, `continue` or `sys.exit()` is never reported). Evidence: the `torch`
+    and `torch.nn.functional` functions and `Tensor` methods and attributes whose type stubs return a
+    tensor (a table generated from torch's stubs), `nn.Parameter`, `Variable(...)`, registered buffers
+    and tensor attributes set in any method of the class or returned by its `@property`, arguments
+    annotated `torch.Tensor`, arithmetic and comparisons (`scores > t`) on tensors, the result of
+    `.detach()`, `.unsqueeze()`, `.type_as()`, `.new_zeros()` and other methods no common non-tensor
+    type defines, the values of a call made with `return_tensors="pt"` (Hugging Face tokenizers),
+    elements of a loop over a `torch.utils.data.DataLoader` built without `collate_fn` (a `**kwargs`
+    argument is assumed not to carry one) or over a tensor, what unpacking or indexing those gives,
+    lists, tuples and dicts built only from tensors (literals and comprehensions, never given
+    anything else later), `module.parameters()`, parameters whose every caller in the same file
     passes a tensor, and functions of the project every `return` of which gives a tensor (also where
-    they are imported, and module-level names assigned their result). Everything else is unknown and
+    they are imported, and module-level names assigned their result). Parameters called from other
+    files, and lists filled by `append` after `[]`, are not followed. Everything else is unknown and
     stays silent: objects whose `.to()` works in place (PyG's `Data`, Hugging Face's `BatchEncoding`,
     any `nn.Module`) must never be reported, so a value the rule cannot trace to a tensor is given the
     benefit of the doubt. A container filled by another function (`fill(batch)`) is not seen.
@@ -194,6 +199,58 @@ class DiscardedTensorMove(Rule):
             except OSError:
                 pass
             x.to("cuda")  # a graph when the load succeeded
+            """
+        ),
+        Valid(
+            """
+            def snapshot(batch, model):
+                batch.clone().cuda()  # PyG's `Data.clone()`: its `.cuda()` moves in place
+                model.float().cuda()  # nn.Module: in place
+            """
+        ),
+        Valid(
+            """
+            def encode(tokenizer, texts, device):
+                inputs = tokenizer(texts, return_tensors="pt")
+                inputs.to(device)  # a BatchEncoding moves in place
+                inputs[0].to(device)  # the first text's `Encoding`, not a tensor
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            class Buffer:
+                def __init__(self, array):
+                    self.data = torch.from_numpy(array)
+
+                def reset(self):
+                    self.data = Batch()
+
+                def move(self, device):
+                    self.data.to(device)  # a Batch after `reset()`
+            """
+        ),
+        Valid(
+            """
+            import torch
+            x = torch.zeros(3)
+            inside = 0 < x < 1  # a chained comparison is an `and` of two: a bool
+            inside.cuda()
+            """
+        ),
+        Valid(
+            """
+            class EMA:
+                def __init__(self, model):
+                    self.model = model
+                    self.shadow = self.copy_params()
+
+                def copy_params(self):
+                    return [p.clone() for p in self.model.parameters()]  # `model` is unknown here
+
+                def cuda(self, i):
+                    self.shadow[i].cuda()
             """
         ),
     ]
@@ -368,6 +425,86 @@ class DiscardedTensorMove(Rule):
             """,
             line=3,
         ),
+        Invalid(
+            """
+            import torch
+
+            def preprocess(a):
+                inp = torch.from_numpy(a).float().div(255.0).unsqueeze_(0)
+                inp.cuda()
+                return inp
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def keep(scores: torch.Tensor, threshold):
+                mask = scores > threshold  # elementwise: a bool tensor
+                mask.cuda()
+                return scores[mask]
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            def log(d_loss, writer):
+                d_loss.detach().cpu()  # `detach()` returns a tensor whatever `d_loss` is
+                writer.add_scalar("d_loss", d_loss.item())
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            from torch.autograd import Variable
+
+            def step(x, device):
+                v = Variable(x)
+                v.cuda()
+                return v
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            def encode(tokenizer, texts, device):
+                inputs = tokenizer(texts, padding=True, return_tensors="pt")
+                for k in inputs:
+                    inputs[k].to(device)
+                return inputs
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch
+
+            class Dataset:
+                def __init__(self, array):
+                    self.data = torch.from_numpy(array)
+
+                def move(self, device):
+                    self.data.to(device)
+            """,
+            line=8,
+        ),
+        Invalid(
+            """
+            class EMA:
+                def __init__(self, model):
+                    self.model = model
+                    self.ema_params = self.clone_params()
+
+                def clone_params(self):
+                    return [p.clone().detach() for p in self.model.parameters()]
+
+                def cuda(self):
+                    for i in range(len(self.ema_params)):
+                        self.ema_params[i].cuda()
+            """,
+            line=11,
+        ),
     ]
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
@@ -429,6 +566,9 @@ def _assignable(receiver: cst.BaseExpression, scope: Scope) -> str | None:
         return receiver.value if local else None
     if isinstance(receiver, cst.Attribute) and isinstance(receiver.value, cst.Name):
         is_self = scope.self_name is not None and receiver.value.value == scope.self_name
-        if is_self and not Inference.self_attribute_is_parameter(receiver.attr.value, scope):
+        attribute = receiver.attr.value
+        # A property the class never assigns may have no setter: assigning to it raises.
+        assigned = scope.owner is not None and attribute in scope.owner.attributes
+        if is_self and assigned and not Inference.self_attribute_is_parameter(attribute, scope):
             return dotted(receiver)
     return None

@@ -6,10 +6,10 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from dplint.context import FileContext
-from dplint.analysis.inference import Inference, WrappedForwardRule
+from dplint.analysis.inference import Inference
 from dplint.analysis.names import block_body, child_blocks, dotted, iter_calls, run_visitor
 from dplint.finding import FileReference
-from dplint.rule import Invalid, Report, Valid
+from dplint.rule import Invalid, Report, Valid, WrappedForwardRule
 
 
 class ForwardMutatesModuleState(WrappedForwardRule):
@@ -60,6 +60,10 @@ class ForwardMutatesModuleState(WrappedForwardRule):
     """
 
     code = "DPL304"
+    preview = True
+    preview_reason = (
+        "Measured 0.00 on one finding: an attribute set in `forward` and never read afterwards is reported."
+    )
     name = "forward-mutates-module-state"
     summary = "`forward` of a DataParallel-wrapped module changes module attributes, which replicas lose."
     triggers = re.compile(r"self\.\w+\s*(?::[^=\n]*)?(?:[-+*/@%|&^]|//|\*\*|<<|>>)?=(?!=)")

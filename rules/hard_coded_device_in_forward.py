@@ -7,9 +7,9 @@ import libcst as cst
 
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.analysis.inference import Inference, WrappedForwardRule
+from dplint.analysis.inference import Inference
 from dplint.analysis.names import block_body, iter_calls, iter_small_statements
-from dplint.rule import Invalid, Report, Valid
+from dplint.rule import Invalid, Report, Valid, WrappedForwardRule
 
 INDEXED_DEVICE = re.compile(r"cuda:\d+")
 

@@ -10,6 +10,10 @@ class ParseError(Rule):
     in the file's encoding, a binary file, a file too large or too deeply nested to parse, or a path
     that cannot be read. The run goes on with the other files and exits with status 1.
 
+    dplint parses with the Python it runs on. Where that Python is older than the file's syntax (an
+    f-string nesting the same quotes, a `type` statement or a type parameter list, all Python 3.12),
+    the message says which construct needs which Python.
+
     ## Why is this bad?
     A file that cannot be parsed cannot be checked: any pitfall in it goes unreported.
 
@@ -21,7 +25,8 @@ class ParseError(Rule):
 
     ## Use instead
     Fix the syntax error, re-save the file as UTF-8, or exclude the file (`extend-exclude` in
-    `[tool.dplint]`) when it is not Python source.
+    `[tool.dplint]`) when it is not Python source. For newer syntax, run dplint on the Python the
+    project uses.
 
     ## Known problems
     For speed, dplint parses only files whose text can contain a finding (a cheap text prefilter runs

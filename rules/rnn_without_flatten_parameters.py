@@ -7,9 +7,9 @@ import libcst as cst
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.analysis.facts import Wrap
-from dplint.analysis.inference import Inference, WrappedForwardRule
+from dplint.analysis.inference import Inference
 from dplint.analysis.names import block_body, dotted, iter_calls, iter_small_statements
-from dplint.rule import Invalid, Report, Valid
+from dplint.rule import Invalid, Report, Valid, WrappedForwardRule
 
 RNN_MODULES = frozenset({"torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN"})
 

@@ -6,9 +6,9 @@ import libcst as cst
 
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.analysis.inference import Inference, ScalarLosses, WrappedForwardRule
+from dplint.analysis.inference import Inference, ScalarLosses
 from dplint.analysis.names import block_body, iter_small_statements
-from dplint.rule import Invalid, Report, Valid
+from dplint.rule import Invalid, Report, Valid, WrappedForwardRule
 
 
 class ScalarOutputFromForward(WrappedForwardRule):

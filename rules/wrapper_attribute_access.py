@@ -7,7 +7,7 @@ import libcst as cst
 
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.names import dotted, run_visitor
-from dplint.analysis.wrapping import WrapSite, describe, handled_names, scope_points
+from dplint.analysis.wrapping import WrapSite, describe, handled_names, scopes
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
@@ -70,7 +70,10 @@ class WrapperAttributeAccess(Rule):
 
     ## Known problems
     A wrapper passed in as an argument, returned by a function, or stored in a container is not
-    followed. Base trainers are matched by class name.
+    followed. Base trainers are matched by class name. Not reported: a read of an attribute the same
+    function set on the name earlier (the wrapper has it then), code after `assert not distributed`
+    when the wrap needed `distributed`, the branch where `isinstance(m, DataParallel)` is false, and a
+    method that only `__init__` calls before it wraps (when the file calls it nowhere else).
     """
 
     code = "DPL302"
@@ -132,8 +135,61 @@ class WrapperAttributeAccess(Rule):
                     return inner.embed(x)
             """
         ),
+        Valid(
+            """
+            import torch.nn as nn
+
+            class Trainer:
+                def __init__(self, model, path, ngpu):
+                    self.model = model
+                    self.load_model(path)  # runs before the wrap below: self.model is the plain model
+                    if ngpu > 1:
+                        self.model = nn.DataParallel(self.model)
+
+                def load_model(self, path):
+                    self.model.encoder.load_state_dict(torch.load(path)["encoder"])
+            """
+        ),
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            if is_distributed:
+                model = DDP(model, device_ids=[rank])
+            if args.trt:
+                assert not args.fuse and not is_distributed, "TensorRT does not run distributed"
+                model.head.decode_in_inference = False
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Manager:
+                def __init__(self, net):
+                    self.net = nn.DataParallel(net)
+
+                def flops(self, x):
+                    if isinstance(self.net, nn.DataParallel):
+                        net = self.net.module
+                    else:
+                        net = self.net
+                    return net.get_flops(x)
+            """
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            # yolov5: the set lands on the wrapper; reading it back from the same object then works.
+            if cuda and RANK == -1 and torch.cuda.device_count() > 1:
+                model = torch.nn.DataParallel(model)
+            model.class_weights = labels_to_class_weights(dataset.labels, nc)
+            weights = model.class_weights.cpu().numpy()
+            """,
+            line=5,
+        ),
         Invalid(
             """
             import torch.nn as nn
@@ -199,12 +255,18 @@ class WrapperAttributeAccess(Rule):
         return _WRAP_ASSIGNMENT.search(text) is not None or any(project.attribute_wraps.get(name) for name in module_classes)
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        for point in scope_points(ctx):
-            wrapped = {name: sites for name, sites in point.wrapped.items() if name not in point.handled}
-            if wrapped:
-                yield from self._accesses(ctx, point.statement, wrapped)
+        for points in scopes(ctx):
+            # Attributes the scope has set on a name while it may hold a wrapper: the wrapper has them then
+            # (yolov5 sets `model.class_weights` on whatever `model` is, and reads it back).
+            set_on_wrapper: Set[Tuple[str, str]] = set()
+            for point in points:
+                wrapped = {name: sites for name, sites in point.wrapped.items() if name not in point.handled}
+                if wrapped:
+                    yield from self._accesses(ctx, point.statement, wrapped, set_on_wrapper)
 
-    def _accesses(self, ctx: FileContext, small: cst.BaseSmallStatement, wrapped: Dict[str, FrozenSet[WrapSite]]) -> Iterator[Report]:
+    def _accesses(
+        self, ctx: FileContext, small: cst.BaseSmallStatement, wrapped: Dict[str, FrozenSet[WrapSite]], set_on_wrapper: Set[Tuple[str, str]]
+    ) -> Iterator[Report]:
         targets = set()
         if isinstance(small, cst.Assign):
             targets = {id(t.target) for t in small.targets}
@@ -216,8 +278,13 @@ class WrapperAttributeAccess(Rule):
             name = attribute.attr.value
             if name in WRAPPER_ATTRIBUTES or name.startswith("_"):
                 continue
+            sets = id(attribute) in targets
+            if not sets and (owner, name) in set_on_wrapper:
+                continue
+            if sets and isinstance(small, (cst.Assign, cst.AnnAssign)):
+                set_on_wrapper.add((owner, name))
             wrapper, where, unconditional = describe(wrapped[owner], ctx)
-            if id(attribute) in targets:
+            if sets:
                 message = f"`{owner}.{name} = …` sets it on the {wrapper} wrapper ({where}), not on the model."
             else:
                 holds = "is" if unconditional else "may be"

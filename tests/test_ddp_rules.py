@@ -50,7 +50,7 @@ def lint(root: Path, select=("DPL5",)):
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        return lint_paths(["."], resolve_settings(root, {"select": list(select)}), cache=False)
+        return lint_paths(["."], resolve_settings(root, {"select": list(select), "preview": True}), cache=False)
     finally:
         os.chdir(cwd)
 
@@ -116,7 +116,20 @@ def test_local_rank_argument_is_fine_when_another_file_reads_the_environment(tmp
     write(tmp_path, "train.py", 'import os\nimport torch.distributed as dist\nimport cli\nrank = int(os.environ["LOCAL_RANK"])\ndist.init_process_group("gloo")\n')
     assert codes(lint(tmp_path)) == []
     write(tmp_path, "train.py", 'import torch.distributed as dist\nimport cli\ndist.init_process_group("gloo")\n')
+    assert codes(lint(tmp_path)) == [], "the parsed local rank is never read: the option only accepts the old launcher's argument"
+    write(tmp_path, "train.py", 'import torch, torch.distributed as dist\nimport cli\nargs = cli.p.parse_args()\ntorch.cuda.set_device(args.local_rank)\ndist.init_process_group("nccl")\n')
     assert codes(lint(tmp_path)) == [("cli.py", 3, "DPL510")]
+
+
+def test_local_rank_argument_other_sources_count_only_where_the_argument_is_read(tmp_path):
+    write(tmp_path, "cli.py", 'import argparse\np = argparse.ArgumentParser()\np.add_argument("--local_rank", type=int, default=0)\n')
+    write(tmp_path, "train.py", 'import torch, torch.distributed as dist\nimport cli, tools\nargs = cli.p.parse_args()\ntorch.cuda.set_device(args.local_rank)\ndist.init_process_group("nccl")\n')
+    # A helper of the program that spawns its own workers says nothing about how train.py's ranks start.
+    write(tmp_path, "tools.py", 'import torch.multiprocessing as mp\ndef run(fn):\n    mp.spawn(fn, nprocs=2)\n')
+    assert codes(lint(tmp_path)) == [("cli.py", 3, "DPL510")]
+    # Where the argument is read, an overwrite from the global rank is another source.
+    write(tmp_path, "train.py", 'import torch, torch.distributed as dist\nimport cli\nargs = cli.p.parse_args()\ndist.init_process_group("nccl")\nargs.local_rank = dist.get_rank() % torch.cuda.device_count()\ntorch.cuda.set_device(args.local_rank)\n')
+    assert codes(lint(tmp_path)) == []
 
 
 def test_complementary_rank_branches_are_paired_and_a_lone_one_is_not():
@@ -162,7 +175,7 @@ def test_mode_checks_and_rank_flags_are_not_rank_conditions():
 
 
 def test_the_fixture_project_and_its_fixed_twin_through_the_cli():
-    command = [sys.executable, "-m", "dplint", "--no-cache", "--format", "concise", "--select", "ALL"]
+    command = [sys.executable, "-m", "dplint", "--no-cache", "--format", "concise", "--select", "ALL", "--preview"]
     fixed = subprocess.run([*command, "fixtures/ddp_project_fixed"], cwd=ROOT, capture_output=True, text=True)
     assert (fixed.returncode, fixed.stdout.strip()) == (0, "All checks passed!")
     buggy = subprocess.run([*command, "fixtures/ddp_project"], cwd=ROOT, capture_output=True, text=True)

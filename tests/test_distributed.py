@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import pytest
 import torch
@@ -26,7 +27,8 @@ from dplint.distributed.analysis import findings as analyse
 from dplint.distributed.channel import display_path
 from dplint.distributed.cli import main as run_main
 
-PROJECT = Path(__file__).parent / "distributed_programs" / "project"
+PROGRAMS = Path(__file__).parent / "distributed_programs"
+PROJECT = PROGRAMS / "project"
 TIMEOUT = 5
 SOURCE = Path(__file__).read_text()
 
@@ -37,6 +39,12 @@ def line_of(marker: str) -> str:
         if line.rstrip().endswith(f"# {marker}"):
             return f"{display_path(__file__)}:{number}"
     raise AssertionError(marker)
+
+
+def line_in(program: Path, text: str) -> str:
+    """`path:N` of the first line of a program holding `text`."""
+    number = next(n for n, line in enumerate(program.read_text().splitlines(), 1) if text in line)
+    return f"{program}:{number}"
 
 
 @pytest.fixture(autouse=True)
@@ -332,6 +340,7 @@ def test_dplint_run_on_the_ddp_fixture_confirms_its_static_findings_and_the_fixe
         (["missing.py"], "no such script: missing.py"),
         (["--nnodes", "2", "x.py"], "only one node"),
         (["--checks", "samplers,telepathy", "x.py"], "unknown checks telepathy"),
+        (["--checks", "", "x.py"], "--checks names no check"),
     ],
 )
 def test_dplint_run_usage_errors(arguments: List[str], message: str, capsys: pytest.CaptureFixture) -> None:
@@ -388,3 +397,190 @@ def test_marker_default_ranks_and_fixtures(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:asyncio", "--dplint-ranks", "3")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*fixture lock cannot be sent to the ranks (not picklable)*"])
+
+
+def test_dplint_run_help_lists_each_check_whole_on_its_own_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    with pytest.raises(SystemExit):
+        run_main(["--help"])
+    lines = capsys.readouterr().out.splitlines()
+    from dplint.distributed import ALL_CHECKS
+
+    assert [line.split()[0] for line in lines if line.startswith("  ") and line.split()[0] in ALL_CHECKS] == list(ALL_CHECKS)
+
+
+# ranks that have children, threads, interruption ------------------------------------------------------
+@pytest.mark.parametrize(("threads", "workers", "seen"), [(None, "2", "1"), ("3", "0", "3")], ids=["torchrun's", "the user's"])
+def test_dplint_run_ranks_may_start_dataloader_workers_and_get_torchruns_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: Optional[str], workers: str, seen: str
+) -> None:
+    # A subprocess: what the ranks print goes to the command's output, which the test reads.
+    if threads is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # torchrun sets 1 for several ranks
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+    result = dplint_run(str(PROGRAMS / "loader_workers.py"), "--workers", workers, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == [f"rank 0 threads {seen}", f"rank 1 threads {seen}"]
+    assert result.stderr == "dplint run: 2 ranks finished; no distributed pitfalls found\n"
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
+@pytest.mark.parametrize(("sent", "status", "said"), [
+    (signal.SIGINT, 130, "dplint run: interrupted; the ranks were stopped\n"),
+    (signal.SIGKILL, -signal.SIGKILL, ""),  # no cleanup of its own: the ranks watch for the launcher's end
+], ids=["ctrl-c", "killed"])  # fmt: skip
+def test_when_the_launcher_ends_every_rank_and_its_workers_end(tmp_path: Path, sent: int, status: int, said: str) -> None:
+    command = [sys.executable, "-m", "dplint", "run", "--timeout", "60", str(PROGRAMS / "slow_loader.py"), str(tmp_path)]
+    launcher = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("*-*"))) < 6 and time.monotonic() < deadline:  # 2 ranks, 2 workers each
+        time.sleep(0.1)
+    pids = [int(path.read_text()) for path in tmp_path.glob("*-*")]
+    assert len(pids) == 6 and all(map(alive, pids))
+    launcher.send_signal(sent)
+    out, err = launcher.communicate(timeout=30)
+    assert launcher.returncode == status
+    assert err == said and out == ""  # no traceback
+    deadline = time.monotonic() + 10  # killed at once; the kernel may take a moment to reap the orphaned workers
+    while any(map(alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(alive, pids))
+
+
+def test_without_torch_dplint_run_and_pytest_dplint_name_the_extra(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None  # `import torch` fails\n")
+    (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
+    environment = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    for command, prefix in [
+        (["-m", "dplint", "run", str(PROGRAMS / "loader_workers.py")], "dplint run: error: `dplint run` needs the runtime extra: "),
+        (["-m", "pytest", "--dplint", "-p", "no:cacheprovider", "test_nothing.py"], "Exit: dplint: the runtime checks need the runtime extra: "),
+    ]:
+        result = subprocess.run([sys.executable, *command], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2
+        [line] = [line for line in (result.stdout + result.stderr).splitlines() if "extra" in line]
+        assert line.startswith(prefix) and "pip install '.[runtime]'" in line
+        assert "Traceback" not in result.stderr
+
+
+# never clean when the ranks did not run ---------------------------------------------------------
+def test_a_script_that_spawns_one_process_per_gpu_starts_none_on_cpu_and_is_not_clean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = PROGRAMS / "spawn_workers.py"
+    assert run_main(["--timeout", str(TIMEOUT), str(script)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"dplint run: 0 of 2 ranks joined a process group: mp.spawn(main_worker, nprocs=0) at {line_in(script, 'mp.spawn(')} started no process "
+        "(torch.cuda.device_count() is 0: dplint hides CUDA)\n"
+    )
+
+
+def test_a_script_that_never_joins_a_process_group_is_not_clean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "single.py").write_text("import torch\nprint(torch.ones(2).sum().item())\n")
+    assert run_main(["--timeout", str(TIMEOUT), "single.py"]) == 2
+    assert capsys.readouterr().err == "dplint run: 0 of 2 ranks joined a process group: ranks 0 and 1 never called init_process_group\n"
+
+
+# scripts that start their own ranks ---------------------------------------------------------------
+@pytest.mark.parametrize("start", ["mp.spawn(", "mp.start_processes("])
+def test_a_script_that_spawns_its_ranks_runs_them_as_dplints_ranks_with_the_checks(tmp_path: Path, start: str) -> None:
+    script = PROGRAMS / "spawn_workers.py"
+    option = ["--start-processes"] if "start_processes" in start else []
+    result = dplint_run(str(script), "--gpus", "2", "--no-set-epoch", *option, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    [finding] = result.stdout.splitlines()
+    assert finding.startswith(f"{line_in(script, '# train sampler')}: DPL501 ") and finding.endswith("[ranks 0, 1]")
+    assert result.stderr.splitlines()[:3] == [
+        f"dplint: {start}main_worker, nprocs=2) at {line_in(script, start)} runs main_worker(LOCAL_RANK, ...) in each of the 2 ranks",
+        f"dplint: backend 'nccl' runs as 'gloo' on CPU ({line_in(script, 'init_process_group')})",
+        "dplint: init_process_group(init_method='tcp://127.0.0.1:23456') joins dplint's process group instead "
+        f"({line_in(script, 'init_process_group')})",
+    ]
+
+
+def test_a_script_that_spawns_another_number_of_ranks_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = PROGRAMS / "spawn_workers.py"
+    assert run_main(["--timeout", str(TIMEOUT), str(script), "--gpus", "4"]) == 2
+    assert capsys.readouterr().err == (
+        f"dplint run: mp.spawn(main_worker, nprocs=4) at {line_in(script, 'mp.spawn(')} asks for 4 ranks; dplint started 2: "
+        "run it with --nproc-per-node 4\n"
+    )
+
+
+# the set-epoch check counts training passes ----------------------------------------------------------
+@pytest.mark.parametrize("arguments", [[], ["--eval-train"]], ids=["peek-and-validation-loader", "eval-over-train-loader"])
+def test_peeks_and_evaluation_passes_are_not_epochs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, arguments: List[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert run_main(["--timeout", str(TIMEOUT), str(PROGRAMS / "epoch_loop.py"), *arguments]) == 0
+    assert capsys.readouterr().err.endswith("dplint run: 2 ranks finished; no distributed pitfalls found\n")
+
+
+def test_two_training_epochs_in_the_same_order_are_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = PROGRAMS / "epoch_loop.py"
+    assert run_main(["--timeout", str(TIMEOUT), str(script), "--no-set-epoch", "--eval-train"]) == 1
+    [finding] = capsys.readouterr().out.splitlines()
+    assert finding == (
+        f"{line_in(script, 'sampler=DistributedSampler(train_set)')}: DPL501 this shuffling DistributedSampler starts a second "
+        "training pass with its epoch still 0: without `set_epoch(epoch)` every epoch repeats the same order [ranks 0, 1]"
+    )
+
+
+# hangs reported at once ---------------------------------------------------------------------------
+def test_a_rank_zero_only_barrier_is_reported_at_once_not_after_the_timeout(tmp_path: Path) -> None:
+    script = PROGRAMS / "rank0_barrier.py"
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "dplint", "run", "--timeout", "60", str(script)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert time.monotonic() - started < 30  # start-up included; the timeout would be 60 s
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"dplint run: {line_in(script, 'dist.barrier()')}: DPL507 collective mismatch: rank 0 is in dist.barrier() at "
+        f"{line_in(script, 'dist.barrier()')}; rank 1 is in DDP backward (gradient all-reduce) at {line_in(script, '.backward()')}\n"
+    )
+
+
+def test_marked_tests_may_start_dataloader_workers_and_a_spawn_that_starts_nothing_fails(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_children="""
+        import pytest, torch, torch.distributed as dist, torch.multiprocessing as mp
+        from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+        @pytest.mark.dplint(ranks=2, timeout=10)
+        def test_workers():
+            data = TensorDataset(torch.arange(16.0))
+            loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, shuffle=False), num_workers=2)
+            assert len(list(loader)) == 2
+
+        def worker(gpu):
+            dist.all_reduce(torch.ones(1))
+
+        @pytest.mark.dplint(ranks=2, timeout=10)
+        def test_one_process_per_gpu():
+            mp.spawn(worker, nprocs=torch.cuda.device_count())
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:asyncio")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*2 of 2 ranks joined a process group: mp.spawn(worker, nprocs=0) at test_children.py:15 started no process "
+        "(torch.cuda.device_count() is 0: dplint hides CUDA)*"
+    ])  # fmt: skip

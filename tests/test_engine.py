@@ -86,6 +86,14 @@ def test_cache_reuses_results_and_is_invalidated_by_project_facts(tmp_path):
     assert third.parsed == 3 and codes(third) == []
 
 
+def test_turning_preview_on_does_not_reuse_the_cached_results(tmp_path):
+    write(tmp_path, "wrap.py", "import torch\nmodel = torch.nn.parallel.DistributedDataParallel(torch.nn.DataParallel(net).cuda())\n")
+    assert lint(tmp_path).findings == []  # DPL514 is a preview rule
+    write(tmp_path, "pyproject.toml", "[tool.dplint]\npreview = true\n")
+    result = lint(tmp_path)
+    assert result.parsed == 1 and codes(result) == [("wrap.py", 2, "DPL514")]
+
+
 def test_cache_rechecks_only_a_changed_file(tmp_path):
     for index in range(5):
         write(tmp_path, f"m{index}.py", "import torch\nx = torch.zeros(3)\nx.cpu()\n")
@@ -143,6 +151,7 @@ def test_libcst_parses_only_files_whose_code_has_what_a_rule_needs(tmp_path, mon
     # that neither is a statement. Likewise a rank condition only in a comment for DPL507.
     write(tmp_path, "docs.py", 'import torch\n"""Move it:\n    x.cuda()\n"""\ny = f(\n    x.cuda(),\n)\n')
     write(tmp_path, "barrier.py", "import torch.distributed as dist\nif ready:  # rank 0 only\n    dist.barrier()\n")
+    write(tmp_path, "pyproject.toml", "[tool.dplint]\npreview = true\n")  # DPL507 is a preview rule
     write(tmp_path, "real.py", "import torch\nx = torch.zeros(3)\nx.cuda()\n")
     result = lint(tmp_path, cache=False, jobs=1)
     assert codes(result) == [("real.py", 3, "DPL101")]
@@ -153,6 +162,7 @@ def test_the_outline_keeps_every_rank_condition_the_rule_recognises(tmp_path):
     # `is_main` is a rank predicate to DPL507 though not one of its trigger's words; the trigger
     # passes this file on the comment, and the outline must not drop it for the comment's sake.
     write(tmp_path, "save.py", "import torch.distributed as dist\n# if rank 0: save\nif is_main:\n    dist.barrier()\n")
+    write(tmp_path, "pyproject.toml", "[tool.dplint]\npreview = true\n")  # DPL507 is a preview rule
     assert codes(lint(tmp_path, cache=False, jobs=1)) == [("save.py", 4, "DPL507")]
 
 

@@ -1,4 +1,6 @@
-"""The bundled example programs: `dplint fixtures/` must print exactly the findings beside each file."""
+"""The bundled example programs: `dplint --preview fixtures/` must print exactly the findings beside each
+file (with the preview rules, so that the fixtures exercise every rule); `dplint fixtures/` those less
+the preview rules'."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dplint.codes import PREVIEW_CODES
 from dplint.rules import BY_CODE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +31,7 @@ def plural(count: int, noun: str) -> str:
 @pytest.fixture(scope="module")
 def lint_output():
     completed = subprocess.run(
-        [sys.executable, "-m", "dplint", "--no-cache", "--format", "concise", "fixtures"],
+        [sys.executable, "-m", "dplint", "--no-cache", "--preview", "--format", "concise", "fixtures"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -60,9 +63,9 @@ def test_fix_gives_the_expected_files_and_is_idempotent(tmp_path):
     for fixture, copy in copies.items():
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_bytes(fixture.read_bytes())
-    command = [sys.executable, "-m", "dplint", "--no-cache", "--fix", "."]
+    command = [sys.executable, "-m", "dplint", "--no-cache", "--preview", "--fix", "."]
     first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
-    assert f"Fixed {plural(FIXABLE, 'error')} ({len(EXPECTED) - FIXABLE} remaining)." in first.stderr
+    assert f"Fixed {plural(FIXABLE, 'finding')} ({len(EXPECTED) - FIXABLE} remaining)." in first.stderr
     for fixture, copy in copies.items():
         fixed = fixture.with_name(fixture.stem + ".fixed.py")
         assert copy.read_text() == (fixed if fixed.exists() else fixture).read_text(), fixture.name
@@ -72,6 +75,17 @@ def test_fix_gives_the_expected_files_and_is_idempotent(tmp_path):
     assert {p: p.read_bytes() for p in tmp_path.rglob("*.py")} == fixed_once
     # What the fixes addressed is gone; only the findings without a fix remain.
     assert " [*] " not in second.stdout and second.stdout.count(": DPL") == len(EXPECTED) - FIXABLE
+
+
+def test_default_run_reports_the_expected_findings_less_the_preview_rules():
+    # The README's quick start: `dplint fixtures/` without --preview, which CI requires to exit 1.
+    completed = subprocess.run(
+        [sys.executable, "-m", "dplint", "--no-cache", "--format", "concise", "fixtures"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert completed.returncode == 1 and completed.stderr == ""
+    stable = [line for line in sorted(EXPECTED, key=position) if line.split()[1] not in PREVIEW_CODES]
+    assert [line for line in completed.stdout.splitlines() if line.startswith("fixtures/")] == stable
+    assert len(stable) < len(EXPECTED)  # the fixtures do exercise preview rules
 
 
 def test_advice_rule_off_by_default_reports_its_fixture_when_selected():

@@ -432,3 +432,83 @@ def test_functions_and_module_names_of_another_file_are_tensors_where_they_are_u
 )
 def test_one_line_suites_are_analysed_like_blocks(source, lines):
     assert [f.location.row for f in lint_source(source, "one.py", select=["DPL101"])] == lines
+
+
+def test_kinds_from_the_tensor_api_comparisons_and_tensor_only_methods():
+    assert kinds(
+        """
+        import torch
+        import torch.nn.functional as F
+        from torch.autograd import Variable
+        def f(a, t, unknown, model: torch.nn.Module, tok, texts):
+            inp = torch.from_numpy(a).float().div(255.0).unsqueeze_(0)
+            inp
+            mask = inp > t
+            mask
+            chained = 0 < inp < 1
+            chained
+            missing = inp == None
+            missing
+            negated = not inp
+            negated
+            values, indices = F.max_pool2d_with_indices(inp, 2)
+            indices
+            detached = unknown.detach().cpu()
+            detached
+            cloned = unknown.clone()
+            cloned
+            moved = model.float()
+            moved
+            variable = Variable(unknown)
+            variable
+            inputs = tok(texts, return_tensors="pt")
+            inputs
+            ids = inputs["input_ids"]
+            ids
+            first = inputs[0]
+            first
+        """
+    ) == [T, T, O, O, O, T, T, O, M, T, D, T, O]
+
+
+def test_class_attributes_bound_in_any_method_or_returned_by_a_property():
+    assert kinds(
+        """
+        import torch
+        class Holder:
+            def __init__(self, array):
+                self.data = torch.from_numpy(array)
+                self.other = torch.zeros(1)
+
+            def reset(self):
+                self.other = load()
+
+            @property
+            def mask(self):
+                return torch.ones(3)
+
+            @cached
+            def cached_mask(self):
+                return torch.ones(3)
+
+            def use(self):
+                data, other, mask, cached_mask = self.data, self.other, self.mask, self.cached_mask
+                data
+                other
+                mask
+                cached_mask
+        """
+    ) == [T, O, T, O]
+
+
+def test_the_analysis_package_imports_no_rule_machinery():
+    import ast
+    from pathlib import Path
+
+    import dplint.analysis.inference
+
+    for path in Path(dplint.analysis.inference.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        imported = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+        imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+        assert not [m for m in imported if m in ("dplint.rule", "dplint.rules") or m.startswith(("dplint.rules.", "rules"))], path

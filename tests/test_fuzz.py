@@ -452,6 +452,28 @@ def _nested(levels: int) -> Dict[str, str]:
     }
 
 
+def straight_line_module(moves: int) -> str:
+    """Discarded moves on a name nothing binds, each after an assignment to a new name; every 100th
+    move is of a tensor (DPL101, on rows 5 + 200k). Issue 21: 20,000 moves took 27 s."""
+    lines = ["import torch", "device = torch.device('cuda')", "t = torch.zeros(1)"]
+    for index in range(moves):
+        lines += [f"v{index} = load({index})", "t.to(device)" if index % 100 == 0 else "x.to(device)"]
+    return "\n".join(lines) + "\n"
+
+
+def many_classes_module(classes: int) -> str:
+    """`classes` module classes, the first wrapped in DataParallel (DPL301 on row 4), and TRIGGER after
+    them. Issue 21: 10,000 classes took 6-7 s, most of it placing one finding."""
+    wrap = "model = nn.DataParallel(M0())\n"
+    return "import torch.nn as nn\n" + "".join(_module_class(i) for i in range(classes)) + wrap + TRIGGER
+
+
+# The issue-21 shapes at full size: `python bench/fuzz.py --pathological` times them with PATHOLOGICAL.
+PATHOLOGICAL_AT_SCALE: Dict[str, str] = {
+    "40,000-line straight-line module": straight_line_module(20_000),
+    "10,000 classes": many_classes_module(10_000),
+}
+
 PATHOLOGICAL: Dict[str, str] = {
     "1 MB string line": 's = "' + "a" * MEGABYTE + '"',
     "1 MB list line": "v = [" + "0, " * (MEGABYTE // 3) + "]",
@@ -489,6 +511,19 @@ def test_ten_thousand_classes_with_nothing_to_check_are_skipped_within_seconds(t
     source = "import torch.nn as nn\n" + "".join(_module_class(i) for i in range(10_000))
     result, seconds = lint_file(tmp_path, source.encode())
     assert result == FileResult() and seconds < SLOWEST_PATHOLOGICAL_FILE_SECONDS, f"{seconds:.2f} s"
+
+
+def test_long_straight_line_module_finds_exactly_the_tensor_moves():
+    """The flow over a long block changes one env in place: every read still sees its own statement's bindings."""
+    result = assert_lints_cleanly(straight_line_module(1_000))
+    assert codes_and_rows(result) == [("DPL101", 5 + 200 * k) for k in range(10)]
+
+
+def test_many_classes_module_places_its_findings():
+    """Positions are generated only for the statements holding a finding, from the lines they start on."""
+    classes = 500
+    result = assert_lints_cleanly(many_classes_module(classes))
+    assert codes_and_rows(result) == [("DPL101", 3 * classes + 5), ("DPL301", 4)]
 
 
 def test_the_depth_limits_are_reached_by_the_pathological_files():

@@ -56,7 +56,7 @@ def test_github_warning_level_and_step_summary(tmp_path):
     assert lines[1].startswith("::error title=dplint (DPL101),file=a.py,line=6,")
     text = summary.read_text()
     assert "Found 1 error and 1 warning in 1 file." in text
-    assert "### [DPL101 discarded-tensor-move](" in text and "#dpl101-discarded-tensor-move) (1)" in text
+    assert "### DPL101 discarded-tensor-move (1)" in text
     assert "| `a.py:6:1` |" in text
 
 
@@ -74,6 +74,9 @@ def test_sarif_validates_against_the_official_schema(tmp_path):
     assert [rule["id"] for rule in run["tool"]["driver"]["rules"]] == ["DPL101", "DPL202"]
     rule = run["tool"]["driver"]["rules"][0]
     assert rule["defaultConfiguration"] == {"level": "error"} and "## Why is this bad?" in rule["help"]["markdown"]
+    # The link leads to the reference installed with dplint, never to a web page that may not exist.
+    assert rule["helpUri"] == (ROOT / "dplint" / "rules.md").as_uri() + "#dpl101-discarded-tensor-move"
+    assert "informationUri" not in run["tool"]["driver"]
     result_101 = next(r for r in run["results"] if r["ruleId"] == "DPL101")
     location = result_101["locations"][0]["physicalLocation"]
     assert location["artifactLocation"]["uri"] == "src/a.py"
@@ -188,7 +191,7 @@ def test_diff_prints_and_writes_nothing(tmp_path):
     result = dplint("--diff", "a.py", cwd=tmp_path)
     assert result.returncode == 1
     assert "-x.to('cuda')\n+x = x.to('cuda')\n" in result.stdout
-    assert "Would fix 1 error." in result.stderr
+    assert "Would fix 1 finding." in result.stderr
     assert (tmp_path / "a.py").read_text() == BAD
     (tmp_path / "a.py").write_text(GOOD)
     assert dplint("--diff", "a.py", cwd=tmp_path).returncode == 0
@@ -199,16 +202,24 @@ def test_fix_preserves_comments_crlf_and_encoding(tmp_path):
     (tmp_path / "a.py").write_bytes(source.encode("latin-1"))
     result = dplint("--fix", "--show-fixes", "a.py", cwd=tmp_path)
     assert result.returncode == 0
-    assert "Fixed 1 error (0 remaining)." in result.stderr and "1 × DPL101 (discarded-tensor-move)" in result.stderr
+    assert "Fixed 1 finding (0 remaining)." in result.stderr and "1 × DPL101 (discarded-tensor-move)" in result.stderr
     assert (tmp_path / "a.py").read_bytes() == source.replace("x.to(", "x = x.to(").encode("latin-1")
 
 
 def test_rule_reference_is_up_to_date():
-    assert (ROOT / "docs" / "rules.md").read_text() == reference(), "regenerate: python -m dplint.docs docs/rules.md"
+    assert (ROOT / "dplint" / "rules.md").read_text() == reference(), "regenerate: python -m dplint.docs dplint/rules.md"
 
 
 def test_codes_module_is_up_to_date():
     assert (ROOT / "dplint" / "codes.py").read_text() == codes_module(), "regenerate: python -m dplint.docs dplint/codes.py"
+
+
+def test_reference_states_each_rules_tier():
+    text = reference()
+    for rule in ALL_RULES:
+        assert ("Tier: preview — runs only with --preview." in explain(rule)) is rule.preview, rule.code
+        [row] = [line for line in text.splitlines() if line.startswith(f"| [{rule.code}](")]
+        assert row.split(" | ")[4] == ("preview" if rule.preview else "stable"), row
 
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)

@@ -163,6 +163,56 @@ DPL101_CASES = {
         """,
         [(4, "DPL101"), (6, "DPL101")],
     ),
+    "methods tensors share with modules, PyG data, numpy or pandas prove nothing": (
+        """
+        def f(batch, frame, model, array):
+            batch.contiguous().cuda()
+            batch.pin_memory().to("cuda")
+            model.half().cuda()
+            model.requires_grad_(False).to("cuda")
+            frame.div(255).to("cuda")
+            array.reshape(1, -1).cpu()
+        """,
+        [],
+    ),
+    "a tensor compared with a tensor or a number is a tensor; `is`, `in` and chains are bools": (
+        """
+        import torch
+        x = torch.zeros(3)
+        a, b, c, d, e = x >= 0.5, x != x, x is None, x in things, 0 < x < 1
+        a.cuda()
+        b.cuda()
+        c.cuda()
+        d.cuda()
+        e.cuda()
+        """,
+        [(4, "DPL101"), (5, "DPL101")],
+    ),
+    "only string keys of a return_tensors='pt' encoding are tensors": (
+        """
+        def f(processor, images, device):
+            batch = processor(images=images, return_tensors="pt")
+            batch["pixel_values"].to(device)
+            batch[0].to(device)
+            batch.to(device)
+            other = processor(images=images, return_tensors="np")
+            other["pixel_values"].to(device)
+        """,
+        [(3, "DPL101")],
+    ),
+    "a property is moved but never assigned back": (
+        """
+        import torch
+        class Anchors:
+            @property
+            def grid(self):
+                return torch.zeros(4, 2)
+
+            def move(self, device):
+                self.grid.to(device)
+        """,
+        [(8, "DPL101")],
+    ),
 }
 
 
@@ -278,7 +328,8 @@ DPL2_CASES = {
             torch.cuda.init()
         a(3)
         """,
-        [(6, "DPL201")],  # the inner call returns after b's init, and the outer write runs after it
+        # b's init runs before the outer write only on the `if n:` path: possibly too late, not certainly.
+        [(6, "DPL202")],
     ),
 }
 
@@ -288,8 +339,73 @@ def test_cuda_visible_devices(source, expected):
     assert findings(source, ["DPL201", "DPL202"]) == expected
 
 
+DPL2_CASES.update(
+    {
+        "CUDA initialised on every branch of an if/else counts": (
+            """
+            import os
+            import torch
+            if args.cpu:
+                n = torch.cuda.device_count()
+            elif args.one:
+                torch.cuda.set_device(0)
+            else:
+                torch.cuda.init()
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+            """,
+            [(9, "DPL201")],
+        ),
+        "CUDA initialised in a loop body or a try body may not have happened": (
+            """
+            import os
+            import torch
+            for gpu in gpus:
+                torch.cuda.set_device(gpu)
+            try:
+                torch.cuda.init()
+            except RuntimeError:
+                pass
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+            """,
+            [(9, "DPL202")],
+        ),
+        "a with body always runs": (
+            """
+            import os
+            import torch
+            with open("log") as log:
+                torch.cuda.init()
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+            """,
+            [(5, "DPL201")],
+        ),
+        "main() under the __main__ guard does not run before another file calls the helper": (
+            """
+            import os
+            import torch
+
+            def set_gpus(gpus):
+                os.environ["CUDA_VISIBLE_DEVICES"] = gpus
+
+            def main():
+                torch.cuda.init()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            [(5, "DPL202")],
+        ),
+    }
+)
+
+
+@pytest.mark.parametrize("source, expected", list(DPL2_CASES.values())[-4:], ids=list(DPL2_CASES.keys())[-4:])
+def test_cuda_visible_devices_counts_cuda_as_initialised_only_on_every_path(source, expected):
+    assert findings(source, ["DPL201", "DPL202"]) == expected
+
+
 def test_device_count_message_explains_the_torch_version_caveat():
-    [finding] = lint_source("import os, torch\nn = torch.cuda.device_count()\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\n")
+    [finding] = lint_source("import os, torch\nn = torch.cuda.device_count()\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\n", select=["DPL201"])
     assert "torch < 2.4" in finding.message and "NVML" in finding.message
     assert "`torch.cuda.device_count()` on line 2" in finding.message
 
@@ -961,6 +1077,60 @@ DPL402_CASES = {
 }
 
 
+DPL402_CASES.update(
+    {
+        "the loss is graph-free on every path that reaches the addition": (
+            """
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                if log_as_tensor:
+                    loss = loss.detach()
+                else:
+                    loss = float(loss)
+                total += loss
+            """,
+            [],
+        ),
+        "a reset on one path only still lets the sum grow": (
+            """
+            total = 0
+            for step, (x, y) in enumerate(loader):
+                if step % 100 == 0:
+                    total = 0
+                loss = criterion(model(x), y)
+                loss.backward()
+                total += loss
+            """,
+            [(7, "DPL402")],
+        ),
+        "a reset every iteration with `total = total + loss`": (
+            """
+            for x, y in loader:
+                total = 0.0
+                loss = criterion(model(x), y)
+                loss.backward()
+                total = total + loss
+                report(total)
+            """,
+            [],
+        ),
+        "an accumulator of an enclosing scope is unknown and still reported": (
+            """
+            total = 0
+            def train(loader):
+                for x, y in loader:
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    total = 0
+                    global_total += loss
+            """,
+            [(7, "DPL402")],
+        ),
+    }
+)
+
+
 @pytest.mark.parametrize("source, expected", DPL402_CASES.values(), ids=DPL402_CASES.keys())
 def test_accumulated_loss_tensor(source, expected):
     assert findings(source, ["DPL402"]) == expected
@@ -1003,3 +1173,24 @@ def test_messages_are_one_short_sentence_and_help_is_separate(rule):
             assert len(finding.message) <= 120, finding.message
             assert finding.message.endswith(".") and finding.message.count(". ") == 0, finding.message
             assert finding.help and finding.help not in finding.message
+
+
+def test_the_tensor_api_table_is_up_to_date_with_the_installed_torch():
+    import importlib.util
+    from pathlib import Path
+
+    from dplint.analysis import tensor_api
+    from dplint.analysis.torch_stubs import tensor_api_module
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed: the table is read from its stubs")
+    expected = tensor_api_module()
+    assert Path(tensor_api.__file__).read_text() == expected, "regenerate: python -m dplint.analysis.torch_stubs dplint/analysis/tensor_api.py"
+
+
+def test_tensor_only_methods_are_tensor_methods_and_none_a_module_has():
+    from dplint.analysis import tensor_api
+    from dplint.analysis.inference import MODULE_METHODS, TENSOR_ONLY_METHODS
+
+    assert TENSOR_ONLY_METHODS <= tensor_api.TENSOR_METHODS
+    assert not TENSOR_ONLY_METHODS & MODULE_METHODS

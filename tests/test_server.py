@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import sys
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
@@ -16,6 +17,7 @@ from lsprotocol.converters import get_converter  # noqa: E402
 from pytest_lsp import ClientServerConfig, LanguageClient  # noqa: E402
 
 from dplint.docs import explain  # noqa: E402
+from dplint.engine import StatementTrees  # noqa: E402
 from dplint.rules import BY_CODE  # noqa: E402
 
 # One server for the module (starting one costs seconds); each test works in its own project folder.
@@ -160,7 +162,8 @@ async def test_open_change_and_save_publish_diagnostics(client: LanguageClient, 
     assert found.range == types.Range(types.Position(4, 0), types.Position(4, 12))
     assert found.severity == types.DiagnosticSeverity.Error
     assert found.source == "dplint"
-    assert found.code_description.href.endswith("#dpl101-discarded-tensor-move")
+    # The rule reference installed with dplint: an editor opens it; no web page is assumed to exist.
+    assert found.code_description.href == (ROOT / "dplint" / "rules.md").as_uri() + "#dpl101-discarded-tensor-move"
     assert found.data["fix"]["applicability"] == "safe"
     edits = get_converter().structure(found.data["fix"]["edits"], List[types.TextEdit])
     assert apply_edits(MOVE, edits).splitlines()[4] == "x = x.to(device)"
@@ -365,6 +368,19 @@ async def test_pyproject_is_reread_when_it_changes(client: LanguageClient, works
 
 
 @ASYNC
+async def test_preview_in_pyproject_runs_the_preview_rules(client: LanguageClient, workspace: Path):
+    text = "import torch\nmodel = torch.nn.parallel.DistributedDataParallel(torch.nn.DataParallel(net).cuda())\n"  # DPL514: preview
+    uri = write(workspace, "late.py", text)
+    open_document(client, uri, text)
+    assert codes(await diagnostics(client, uri)) == []
+
+    (workspace / "pyproject.toml").write_text("[tool.dplint]\npreview = true\n")
+    change = types.FileEvent((workspace / "pyproject.toml").as_uri(), types.FileChangeType.Changed)
+    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams([change]))
+    await diagnostics(client, uri, has("DPL514"))
+
+
+@ASYNC
 async def test_client_settings_override_pyproject(client: LanguageClient, workspace: Path):
     (workspace / "pyproject.toml").write_text('[tool.dplint]\nselect = ["DPL101"]\n')
     text = MOVE + 'y = torch.ones(2, device="cuda: 0")\n'
@@ -456,3 +472,85 @@ async def test_cli_without_the_server_extra_says_how_to_install(tmp_path: Path):
     _, stderr = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 2
     assert "pip install 'dplint[server]'" in stderr.decode()
+
+
+# ----- an edit re-parses only the statements it touched ---------------------------------------------
+
+
+def _lint_kept(path: Path, text: str, statements: Optional[StatementTrees]):
+    """`check_file` with every rule, as the server calls it, with or without the document's kept trees."""
+    from dplint.analysis.facts import ProjectFacts, collect_file_facts
+    from dplint.api import default_settings
+    from dplint.engine import SourceFile, check_file
+    from dplint.rules import CHECKS
+
+    source = SourceFile(str(path), path.name, path.stem, "")
+    facts = collect_file_facts(text, source.module_name, source.package, source.path, source.filename)
+    project = ProjectFacts.build([facts] if facts is not None else [])
+    return check_file(source, text, default_settings([rule.code for rule in CHECKS]), project, facts, statements)
+
+
+def _edited(text: str, rnd: random.Random) -> str:
+    """An editor's change to one line: a line inserted before it (at its indentation), or it deleted,
+    duplicated (a repeated statement: each place needs its own nodes) or changed."""
+    lines = text.splitlines(keepends=True) or ["\n"]
+    index = rnd.randrange(len(lines))
+    line = lines[index]
+    indentation = line[: len(line) - len(line.lstrip(" \t"))]
+    kind = rnd.randrange(4)
+    if kind == 0:
+        lines.insert(index, indentation + rnd.choice(["", "# note", "x.cuda()", "x = torch.zeros(1)", "pass"]) + "\n")
+    elif kind == 1:
+        del lines[index]
+    elif kind == 2:
+        lines.insert(index, line)
+    else:
+        lines[index] = line.rstrip("\n") + "  # edited\n"
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.rglob("*.py")), ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_findings_from_kept_statement_trees_equal_a_whole_parse_after_random_edits(path: Path):
+    import ast
+
+    rnd = random.Random(path.name)
+    statements = StatementTrees()
+    text = path.read_text(encoding="utf-8")
+    valid = 0
+    for _ in range(6):
+        assert _lint_kept(path, text, statements) == _lint_kept(path, text, None)
+        candidate = _edited(text, rnd)
+        try:
+            ast.parse(candidate)
+        except SyntaxError:  # linted once more (the kept trees must survive it), then the edit is undone
+            assert _lint_kept(path, candidate, statements) == _lint_kept(path, candidate, None)
+            continue
+        text = candidate
+        valid += 1
+    assert valid >= 2  # the edits were not all undone: the comparison ran on edited text
+
+
+def test_an_edit_reparses_only_the_statement_it_touched(monkeypatch):
+    import ast
+
+    import libcst
+
+    text = "import torch\n\n\ndef f(x):\n    return x\n\n\ndef g(x):\n    return x.cuda()\n"
+    statements = StatementTrees()
+    statements.module(text, ast.parse(text))
+    parsed: List[str] = []
+    parse_module = libcst.parse_module
+    monkeypatch.setattr(libcst, "parse_module", lambda source: parsed.append(source) or parse_module(source))
+    edited = text.replace("return x\n", "return x + 1\n")
+    module = statements.module(edited, ast.parse(edited))
+    assert parsed == ["def f(x):\n    return x + 1\n\n\n"]
+    assert module.code == edited and module.deep_equals(libcst.parse_module(edited))
+
+
+def test_repeated_statements_keep_their_own_findings(tmp_path: Path):
+    """The same text twice is parsed twice: shared nodes would place both findings on the first line."""
+    statements = StatementTrees()
+    text = "import torch\nx = torch.zeros(1)\nx.cuda()\nx.cuda()\n"
+    for version in (text, text + "x.cuda()\n"):
+        result = _lint_kept(tmp_path / "repeated.py", version, statements)
+        assert [(f.code, f.location.row) for f in result.findings] == [("DPL101", row) for row in range(3, version.count("\n") + 1)]

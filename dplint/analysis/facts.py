@@ -604,6 +604,11 @@ class ProjectFacts:
     def build(cls, files: Sequence[FileFacts], root: Optional[str] = None) -> "ProjectFacts":
         return cls(files, root)
 
+    @cached_property
+    def rank_predicates(self) -> FrozenSet[str]:
+        """The names of the project's functions that tell whether this process is a given rank."""
+        return frozenset(name for facts in self.files.values() if facts.distributed for name in facts.distributed.rank_predicates)
+
     def wraps_any(self, class_names: Iterable[str]) -> bool:
         """Whether DataParallel runs the `forward` of any of these classes (by name: a cheap prefilter)."""
         return any(name in self.wrapped for name in class_names)
@@ -794,7 +799,10 @@ _SELECTS_DEVICE = GuardedPattern(
 _READS_LOCAL_RANK_ENV = GuardedPattern(r"[\"']LOCAL_RANK[\"']", ["LOCAL_RANK"])
 _SHARDS_EVALUATION = GuardedPattern(r"DistributedSampler\((?:[^()]|\([^()]*\))*\bshuffle[ \t]*=[ \t]*False", ["DistributedSampler"])
 _USES_CUDA = GuardedPattern(r"\.cuda\(|[\"']cuda\b|nccl\b", ["cuda", "nccl"], one_line=True)
-_DISTRIBUTED_WORDS = ("istributed", "DDP", "FSDP", "fully_shard", "epoch", "LOCAL_RANK", "cuda", "set_device")
+_DISTRIBUTED_WORDS = (
+    "istributed", "DDP", "FSDP", "fully_shard", "epoch", "LOCAL_RANK", "local_rank", "cuda", "set_device", "spawn",
+    "start_processes", "deepspeed",
+)
 # Frameworks that build the sampler, call `set_epoch` and own the device placement themselves.
 TRAINER_FRAMEWORKS = frozenset({"pytorch_lightning", "lightning", "lightning_fabric", "accelerate"})
 
@@ -811,12 +819,23 @@ class DistributedFileFacts:
     reads_local_rank_env: bool = False
     shards_evaluation: bool = False  # a DistributedSampler with shuffle=False: evaluation is sharded
     uses_cuda: bool = False
+    # The parsed `--local_rank` is read: `args.local_rank` loaded, or `para["local_rank"]`.
+    reads_local_rank_argument: bool = False
+    # The local rank has a source besides `--local_rank`: see `_local_rank_uses`.
+    other_local_rank_source: bool = False
+    # Top-level functions that return whether this process is a given rank (`def is_primary(): return
+    # get_rank() == 0`): a test on their result runs on some ranks only.
+    rank_predicates: Tuple[str, ...] = ()
 
 
 def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
     if not any(word in text for word in _DISTRIBUTED_WORDS):
         return None
+    reads_argument, other_source = _local_rank_uses(text)
     facts = DistributedFileFacts(
+        reads_local_rank_argument=reads_argument,
+        other_local_rank_source=other_source,
+        rank_predicates=_rank_predicates(text),
         starts_process_group=_STARTS_PROCESS_GROUP.search(text) is not None,
         wraps_model=_WRAPS_DISTRIBUTED.search(text) is not None,
         sets_epoch=_SETS_EPOCH.search(text) is not None,
@@ -827,6 +846,97 @@ def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
         uses_cuda=_USES_CUDA.search(text) is not None,
     )
     return facts if facts != DistributedFileFacts() else None
+
+
+_RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank"})
+_PREDICATE_DEF = re.compile(r"^def[ \t]+\w+[ \t]*\([ \t]*\)", re.M)
+
+
+def _rank_predicates(text: str) -> Tuple[str, ...]:
+    """Argument-less top-level functions whose every `return` compares a rank with a constant:
+    `return get_rank() == 0`, `return dist.get_rank() == 0 if dist.is_initialized() else True`."""
+    if "rank" not in text or _PREDICATE_DEF.search(text) is None:
+        return ()
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    found = []
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef) or function.args.args or function.args.posonlyargs:
+            continue
+        returns = [node.value for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
+        if returns and all(_compares_rank(value) for value in returns):
+            found.append(function.name)
+    return tuple(found)
+
+
+def _compares_rank(expr: ast.expr) -> bool:
+    if isinstance(expr, ast.IfExp):
+        return _compares_rank(expr.body) or _compares_rank(expr.orelse)
+    if not isinstance(expr, ast.Compare):
+        return False
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in _RANK_CALLS:
+                return True
+    return False
+
+
+def _copies_local_rank_argument(value: ast.expr) -> bool:
+    """`args.local_rank`, `cmd.get("local_rank", 0)`: the parsed argument again, not a new source (a
+    plain name `local_rank` may hold anything, `dist.get_rank() % n` as often as the argument)."""
+    return any(
+        (isinstance(node, ast.Attribute) and node.attr == "local_rank") or (isinstance(node, ast.Constant) and node.value == "local_rank")
+        for node in ast.walk(value)
+    )
+
+
+def _names_local_rank(target: ast.expr) -> bool:
+    """`x.local_rank` or `x["local_rank"]`."""
+    if isinstance(target, ast.Attribute):
+        return target.attr == "local_rank"
+    return isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant) and target.slice.value == "local_rank"
+
+
+# Launchers that start each rank with `--local_rank=N` on the command line, so the argument is set.
+_LOCAL_RANK_PASSING_LAUNCHERS = frozenset({"deepspeed"})
+_SPAWNERS = frozenset({"spawn", "start_processes"})
+
+
+def _local_rank_uses(text: str) -> Tuple[bool, bool]:
+    """Whether the code (not its comments or strings) reads a parsed `local_rank`, and whether it has
+    another source of the local rank: the attribute overwritten (`args.local_rank = dist.get_rank() %
+    n`), a fallback (`args.local_rank or rank % torch.cuda.device_count()`), a rank taken modulo the
+    device count, `mp.spawn`'s process index, or a launcher that passes `--local_rank` (DeepSpeed)."""
+    if "local_rank" not in text and "spawn" not in text and "start_processes" not in text and "device_count" not in text:
+        return False, False
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False, False
+    reads = other = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "local_rank":
+            reads = reads or isinstance(node.ctx, ast.Load)
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == "local_rank":
+            reads = reads or isinstance(node.ctx, ast.Load)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and _names_local_rank(node.targets[0]):
+            # `args.local_rank = dist.get_rank() % n` replaces it; `cfg.local_rank = args.local_rank` copies it.
+            other = other or not _copies_local_rank_argument(node.value)
+        elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            other = other or any(isinstance(v, ast.Attribute) and v.attr == "local_rank" for v in node.values[:-1])
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            right = node.right
+            other = other or (isinstance(right, ast.Call) and isinstance(right.func, ast.Attribute) and right.func.attr == "device_count")
+        elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+            other = other or name in _SPAWNERS
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            other = other or any(module.split(".")[0] in _LOCAL_RANK_PASSING_LAUNCHERS for module in modules)
+    return reads, other
 
 
 @dataclass(frozen=True)
@@ -841,6 +951,8 @@ class DistributedProgram:
     wraps_model: bool = False
     shards_evaluation: bool = False
     uses_cuda: bool = False
+    reads_local_rank_argument: bool = False
+    other_local_rank_source: bool = False
 
     @classmethod
     def merge(cls, files: Iterable[FileFacts]) -> "DistributedProgram":
@@ -855,6 +967,8 @@ class DistributedProgram:
             wraps_model=any(f.wraps_model for f in facts),
             shards_evaluation=any(f.shards_evaluation for f in facts),
             uses_cuda=any(f.uses_cuda for f in facts),
+            reads_local_rank_argument=any(f.reads_local_rank_argument for f in facts),
+            other_local_rank_source=any(f.other_local_rank_source for f in facts),
         )
 
 
@@ -869,6 +983,13 @@ class DistributedProject:
 
     programs: Tuple[DistributedProgram, ...] = ()
     membership: Mapping[str, Tuple[int, ...]] = field(default_factory=dict)  # filename → its programs
+
+    def companions(self, filename: str) -> Tuple[str, ...]:
+        """The files of the programs this file belongs to (itself alone when it belongs to none)."""
+        indexes = set(self.membership.get(filename, ()))
+        if not indexes:
+            return (filename,)
+        return tuple(sorted(name for name, owned in self.membership.items() if indexes.intersection(owned)))
 
     def program_of(self, filename: str) -> Optional[DistributedProgram]:
         """The merged facts of the programs this file belongs to; None when it belongs to none."""

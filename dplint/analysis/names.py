@@ -122,6 +122,15 @@ def run_visitor(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     visitor.on_leave(node)
 
 
+def descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The node and every node inside it that can hold an expression (any order)."""
+    pending: List[cst.CSTNode] = [node]
+    while pending:
+        current = pending.pop()
+        yield current
+        pending.extend(child_nodes(current))
+
+
 def names_in(node: cst.CSTNode) -> Set[str]:
     """The identifiers of every `Name` inside a node, attribute names included (`a.b` holds `a` and `b`)."""
     found: Set[str] = set()

@@ -17,7 +17,7 @@ from typing import Dict, FrozenSet, Generator, Iterable, Iterator, List, Mapping
 import libcst as cst
 
 from dplint.analysis.facts import ATTRIBUTE_WRAPPERS, MODULE_RETURNING_METHODS
-from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_small_statements, run_visitor
+from dplint.analysis.names import Body, block_body, child_blocks, descendants, dotted, iter_small_statements, run_visitor
 from dplint.context import FileContext
 
 # FSDP is not among them: its `state_dict()` keys are the inner module's (checked on torch 2.13), and
@@ -25,6 +25,7 @@ from dplint.context import FileContext
 WRAPPER_CLASSES = ATTRIBUTE_WRAPPERS
 
 # A branch condition on the path: its source text and which branch (True: the `if` body).
+CONDITION_QUOTED = 40
 Condition = Tuple[str, bool]
 
 
@@ -49,7 +50,8 @@ class WrapSite:
         if not self.conditions:
             return place
         text = " and ".join(test if holds else f"not ({test})" for test, holds in self.conditions)
-        return f"{place} if `{_shorten(text)}`"
+        # A condition too long to quote whole is not quoted: a cut one would read as different code.
+        return f"{place} if `{text}`" if len(text) <= CONDITION_QUOTED else f"{place}, under a condition"
 
     def possible_under(self, path: Iterable[Condition]) -> bool:
         """False when the current path took the opposite branch of a condition this wrap needed."""
@@ -167,6 +169,9 @@ class WrapFlow:
                         return None
                     yield Point(small, _possible(state, path), handled, path)
                     state = self._transfer(small, state, path)
+                    if isinstance(small, cst.Assert):
+                        # `assert not distributed`: what follows runs only where it holds.
+                        path = (*path, *(self._condition(part) for part in _conjuncts(small.test)))
             elif isinstance(statement, cst.If):
                 state = yield from self._if(statement, state, path, handled)
             elif isinstance(statement, (cst.For, cst.While)):
@@ -203,14 +208,21 @@ class WrapFlow:
         test, holds = self._condition(statement.test)
         checked = handled_by_if(self.ctx).get(id(statement), frozenset())  # the test, or a branch reaching `m.module`
         inner = handled | frozenset(checked)
-        after_body = yield from self._block(block_body(statement.body), dict(state), (*path, (test, holds)), inner)
+        body_state, else_state = dict(state), dict(state)
+        tested = self._wrapper_test(statement.test)
+        if tested is not None:
+            # `if isinstance(m, DataParallel): ... else: net = m`: on the branch where the test says
+            # `m` is no wrapper, it holds none.
+            name, is_wrapper = tested
+            (else_state if is_wrapper else body_state).pop(name, None)
+        after_body = yield from self._block(block_body(statement.body), body_state, (*path, (test, holds)), inner)
         orelse = statement.orelse
         if orelse is None:
-            after_else = state
+            after_else = else_state
         elif isinstance(orelse, cst.If):
-            after_else = yield from self._if(orelse, dict(state), (*path, (test, not holds)), handled)
+            after_else = yield from self._if(orelse, else_state, (*path, (test, not holds)), handled)
         else:
-            after_else = yield from self._block(block_body(orelse.body), dict(state), (*path, (test, not holds)), inner)
+            after_else = yield from self._block(block_body(orelse.body), else_state, (*path, (test, not holds)), inner)
         merged = _join(after_body, after_else)
         if merged is not None:
             for name in checked:
@@ -218,6 +230,28 @@ class WrapFlow:
                 if name in merged and (name not in (after_body or {}) or name not in (after_else or {})):
                     del merged[name]
         return merged
+
+    def _wrapper_test(self, test: cst.BaseExpression) -> Optional[Tuple[str, bool]]:
+        """`isinstance(m, nn.DataParallel)` → ("m", True); `not isinstance(m, (DataParallel, DDP))` →
+        ("m", False); None for any other test."""
+        holds = True
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, holds = test.expression, not holds
+        if not (isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == "isinstance"):
+            return None
+        if len(test.args) != 2:
+            return None
+        name = dotted(test.args[0].value)
+        classes = test.args[1].value
+        elements = [e.value for e in classes.elements] if isinstance(classes, cst.Tuple) else [classes]
+        if name is None or not elements or not all(self._names_wrapper_class(e) for e in elements):
+            return None
+        return name, holds
+
+    def _names_wrapper_class(self, expr: cst.BaseExpression) -> bool:
+        """`nn.DataParallel`, or a name ending in `DataParallel` that a star import hides: read only to
+        silence, so the name is enough."""
+        return self.ctx.qualify(expr) in WRAPPER_CLASSES or (dotted(expr) or "").endswith("DataParallel")
 
     def _condition(self, test: cst.BaseExpression) -> Condition:
         """A test as (text, whether it holds): `not c` is `c` not holding."""
@@ -261,6 +295,13 @@ class WrapFlow:
         return state.get(name, frozenset()) if name is not None else frozenset()
 
 
+def _conjuncts(test: cst.BaseExpression) -> List[cst.BaseExpression]:
+    """`a and not b and c` → [a, not b, c]."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _conjuncts(test.left) + _conjuncts(test.right)
+    return [test]
+
+
 def _possible(state: Mapping[str, FrozenSet[WrapSite]], path: Tuple[Condition, ...]) -> Dict[str, FrozenSet[WrapSite]]:
     possible = {}
     for name, sites in state.items():
@@ -281,8 +322,6 @@ def _join(a, b):
     return joined
 
 
-def _shorten(text: str, limit: int = 40) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 _COMPARISON = re.compile(r"^(?P<left>.+?)\s*(?P<op>==|!=|<=|>=|<|>)\s*(?P<right>-?\d+)$")
@@ -412,13 +451,14 @@ def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
         return found
 
     def walk(body: Body, cls: Optional[cst.ClassDef]) -> Iterator[Iterable[Point]]:
+        early = _methods_run_before_the_wrap(ctx, cls, wraps_of(cls.name.value)) if cls is not None else frozenset()
         for statement in body:
             if isinstance(statement, cst.ClassDef):
                 yield from walk(block_body(statement.body), statement)
             elif isinstance(statement, cst.FunctionDef):
                 initial: Dict[str, FrozenSet[WrapSite]] = {}
                 self_name = method_self(statement) if cls is not None else None
-                if cls is not None and self_name is not None:
+                if cls is not None and self_name is not None and statement.name.value not in early:
                     initial = method_initial_state(
                         wraps_of(cls.name.value), statement, self_name, attributes_wrapped_in(ctx, statement, self_name)
                     )
@@ -429,6 +469,49 @@ def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
                     yield from walk(block, None)
 
     yield from walk(ctx.module.body, None)
+
+
+def _methods_run_before_the_wrap(ctx: FileContext, cls: cst.ClassDef, class_wraps: Mapping[str, FrozenSet[WrapSite]]) -> FrozenSet[str]:
+    """Methods that only `__init__` calls, before it wraps anything (`self.load_model(path)` then
+    `self.model = DDP(self.model)`): they never see the wrapper. Only when `__init__` makes every wrap
+    of the class, and the file names the method nowhere else; a caller in another file is unknown, so
+    such a method is public API and the rule stays silent on it rather than guess."""
+    methods = {s.name.value: s for s in block_body(cls.body) if isinstance(s, cst.FunctionDef)}
+    init = methods.get("__init__")
+    self_name = method_self(init) if init is not None else None
+    if init is None or self_name is None or not class_wraps:
+        return frozenset()
+    wrapped_in_init = attributes_wrapped_in(ctx, init, self_name)
+    if {key.partition(".")[2] for key in class_wraps} - wrapped_in_init:
+        return frozenset()  # a wrap made elsewhere (another method, a base class)
+    early: Dict[str, int] = {}
+    late: Set[str] = set()
+    wrapped = False
+    for small in _small_statements(block_body(init.body)):
+        for node in descendants(small):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and dotted(node.func.value) == self_name:
+                name = node.func.attr.value
+                if wrapped:
+                    late.add(name)
+                else:
+                    early[name] = early.get(name, 0) + 1
+        if isinstance(small, cst.Assign) and wrap_call(ctx, small.value) is not None:
+            wrapped = True
+    references = _attribute_references(ctx)
+    return frozenset(name for name, calls in early.items() if name in methods and name not in late and references.get(name) == calls)
+
+
+def _attribute_references(ctx: FileContext) -> Dict[str, int]:
+    """How many times the file reads each attribute name (`x.name`, any `x`)."""
+
+    def count() -> Dict[str, int]:
+        found: Dict[str, int] = {}
+        for node in descendants(ctx.module):
+            if isinstance(node, cst.Attribute):
+                found[node.attr.value] = found.get(node.attr.value, 0) + 1
+        return found
+
+    return ctx.memo("attribute-references", count)
 
 
 def _all_classes(body: Body) -> Iterator[cst.ClassDef]:

@@ -10,8 +10,7 @@ samplers, loaders, collectives, parameters and checkpoints. `dplint run --nproc-
 does the same for a script; `@pytest.mark.dplint(ranks=N)` for a test.
 """
 
-from dplint.distributed.checks import ALL_CHECKS
 from dplint.distributed.errors import DistributedPitfall, Finding, LaunchError, RankFailure
-from dplint.distributed.launcher import launch
+from dplint.distributed.launcher import ALL_CHECKS, launch
 
 __all__ = ["ALL_CHECKS", "DistributedPitfall", "Finding", "LaunchError", "RankFailure", "launch"]

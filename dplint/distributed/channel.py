@@ -42,6 +42,14 @@ def collective_key(seq: int, rank: int) -> str:
     return f"{PREFIX}collective/{seq}/{rank}"
 
 
+def joined_key(rank: int) -> str:
+    return f"{PREFIX}joined/{rank}"
+
+
+def sites_key(rank: int) -> str:
+    return f"{PREFIX}sites/{rank}"
+
+
 _TORCH_DIR: Optional[str] = None
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -89,6 +97,18 @@ class Channel:
     def finding(self, code: str, message: str, where: str) -> None:
         self.event("finding", code=code, message=message, where=where)
 
+    def joined(self, world_size: int) -> None:
+        """This rank is in a process group of `world_size`: the launcher says "clean" only when all N are."""
+        self.store.set(joined_key(self.rank), str(world_size))
+
+    def reached(self, where: str) -> None:
+        """A collective call site this rank reached for the first time (which ranks reached a site names the odd one in a mismatch)."""
+        self.store.append(sites_key(self.rank), where + "\n")
+
+    def sites(self, rank: int) -> List[str]:
+        key = sites_key(rank)
+        return self.store.get(key).decode().splitlines() if self.store.check([key]) else []
+
     def peer_state(self, rank: int) -> str:
         if self.store.check([done_key(rank)]):
             return self.store.get(done_key(rank)).decode()
@@ -116,6 +136,9 @@ class Channel:
 
     def failed(self, rank: int) -> bool:
         return self.store.check([error_key(rank)])
+
+    def a_peer_failed(self) -> bool:
+        return any(self.failed(r) for r in self.peers)
 
     def _fingerprint(self, seq: int, rank: int) -> Optional[Dict[str, str]]:
         key = collective_key(seq, rank)

@@ -27,9 +27,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
 from dplint.distributed.channel import Channel, user_site
-from dplint.distributed.errors import DistributedPitfall
-
-ALL_CHECKS = ("collectives", "samplers", "sharding", "divergence", "checkpoints", "unused-parameters")
+from dplint.distributed.errors import DistributedPitfall, PeerFailed, SetupError
+from dplint.distributed.launcher import ALL_CHECKS
 
 COLLECTIVES = (
     "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all", "all_to_all_single",
@@ -68,6 +67,9 @@ class _RankChecks:
         self.saved: Set[str] = set()
         self.notes: Set[str] = set()
         self.destroyed_groups: Set[Any] = set()
+        self.sites: Set[str] = set()  # the collective call sites this rank has reached
+        self.pending_sync: Optional[str] = None  # a DDP forward whose backward will all-reduce gradients
+        self.delivered: Dict[int, "_Pass"] = {}  # by sampler: the pass whose batch is trained on at the next step
 
     # collectives -------------------------------------------------------------------------------
     def depth(self) -> int:
@@ -77,19 +79,28 @@ class _RankChecks:
         """Publish the fingerprint of the next collective on the default group and compare it with the peers'."""
         self.sequence += 1
         self.channel.state(f"is in {call} at {where}")
+        if where not in self.sites:
+            self.sites.add(where)
+            self.channel.reached(where)
         mine = {"call": call, "where": where}
         theirs = self.channel.exchange(self.sequence, mine)
         if all(peer is not None and peer["call"] == call for peer in theirs.values()):
             return
         failed = [rank for rank, peer in theirs.items() if peer is None and self.channel.failed(rank)]
         if failed:  # a consequence, not the cause: the launcher reports the failed rank first
-            raise RuntimeError(f"rank {failed[0]} failed while rank {self.channel.rank} waited in {call} at {where}")
+            raise PeerFailed(f"rank {failed[0]} failed while rank {self.channel.rank} waited in {call} at {where}")
         theirs[self.channel.rank] = mine
         parts = [
             f"rank {rank} {self.channel.peer_state(rank)}" if peer is None else f"rank {rank} is in {peer['call']} at {peer['where']}"
             for rank, peer in sorted(theirs.items())
         ]
-        raise DistributedPitfall("DPL507", "collective mismatch: " + "; ".join(parts), where)
+        raise DistributedPitfall("DPL507", "collective mismatch: " + "; ".join(parts), self._odd_site(theirs))
+
+    def _odd_site(self, calls: Dict[int, Optional[Dict[str, str]]]) -> str:
+        """Of the mismatched calls, the site the fewest ranks ever reached: the collective only some ranks make."""
+        reached = [self.sites] + [set(self.channel.sites(rank)) for rank in self.channel.peers]
+        sites = [peer["where"] for _, peer in sorted(calls.items()) if peer is not None]
+        return min(sites, key=lambda site: sum(site in ranks for ranks in reached))
 
     def leave(self, call: str, where: str) -> None:
         self.last_collective = f"{call} at {where}"
@@ -131,6 +142,10 @@ def install(channel: Channel, checks: Set[str], group_ready: bool = False) -> No
         raise ValueError(f"unknown distributed checks: {sorted(unknown)}; choose from {list(ALL_CHECKS)}")
     _active = rank = _RankChecks(channel, set(checks), group_ready)
     _install_shims(rank)
+    if checks & {"collectives", "samplers"}:
+        torch.autograd.backward = _backward(rank, torch.autograd.backward)
+    if "samplers" in checks:
+        register_optimizer_step_post_hook(lambda optimizer, args, kwargs: _trained(rank))
     if "collectives" in checks:
         for name in COLLECTIVES:
             _replace_distributed_function(name, _collective(rank, name, getattr(dist.distributed_c10d, name)))
@@ -150,13 +165,11 @@ def install(channel: Channel, checks: Set[str], group_ready: bool = False) -> No
         register_optimizer_step_post_hook(lambda optimizer, args, kwargs: _after_step(rank))
     if checks & {"samplers", "sharding"}:
         DistributedSampler.__init__ = _sampler_init(rank, DistributedSampler.__init__)
-    if "samplers" in checks:
-        DistributedSampler.__iter__ = _sampler_iter(DistributedSampler.__iter__)
+        _BaseDataLoaderIter._next_index = _next_index(rank, _BaseDataLoaderIter._next_index)
+        _BaseDataLoaderIter.__next__ = _next_batch(rank, _BaseDataLoaderIter.__next__)
     if "sharding" in checks:
         DataLoader.__init__ = _loader_init(DataLoader.__init__)
         DataLoader.__iter__ = _loader_iter(rank, DataLoader.__iter__)
-        _BaseDataLoaderIter._next_index = _next_index(_BaseDataLoaderIter._next_index)
-        _BaseDataLoaderIter.__next__ = _next_batch(_BaseDataLoaderIter.__next__)
     if "checkpoints" in checks:
         saving = _save(rank, torch.save)
         torch.save = saving
@@ -185,7 +198,10 @@ def _install_shims(rank: _RankChecks) -> None:
             from datetime import timedelta
 
             bound.arguments["timeout"] = timedelta(seconds=rank.channel.timeout)
-        return original(*bound.args, **bound.kwargs)
+        _to_dplint_store(rank, bound.arguments)
+        result = original(*bound.args, **bound.kwargs)
+        rank.channel.joined(dist.get_world_size())
+        return result
 
     _replace_distributed_function("init_process_group", init_process_group)
     destroy = dist.destroy_process_group
@@ -200,8 +216,55 @@ def _install_shims(rank: _RankChecks) -> None:
         return destroy(*args, **kwargs)
 
     _replace_distributed_function("destroy_process_group", destroy_process_group)
+    import torch.multiprocessing as mp
+
+    mp.spawn = _spawn_in_place(rank, "mp.spawn")
+    mp.start_processes = _spawn_in_place(rank, "mp.start_processes")
     if not torch.cuda.is_available():
         torch.cuda.set_device = lambda device: None
+
+
+def _spawn_in_place(rank: _RankChecks, name: str) -> Callable[..., Any]:
+    """A script that starts its own ranks: each of dplint's ranks is the process its spawn would start there."""
+
+    def spawn(fn: Callable[..., Any], args: Any = (), nprocs: int = 1, join: bool = True, daemon: bool = False,
+              start_method: str = "spawn") -> Any:  # fmt: skip
+        import torch.multiprocessing as mp
+
+        call = f"{name}({getattr(fn, '__name__', 'fn')}, nprocs={nprocs})"
+        where = user_site()
+        world = rank.channel.world_size
+        if nprocs == 0:
+            rank.channel.event("spawn", call=call, where=where)
+        elif nprocs != world:
+            raise SetupError(f"{call} at {where} asks for {nprocs} ranks; dplint started {world}: run it with --nproc-per-node {nprocs}")
+        else:
+            rank.note(f"{call} at {where} runs {getattr(fn, '__name__', 'fn')}(LOCAL_RANK, ...) in each of the {world} ranks")
+            fn(int(os.environ["LOCAL_RANK"]), *args)
+        return None if join else mp.ProcessContext([], [])
+
+    return spawn
+
+
+def _to_dplint_store(rank: _RankChecks, arguments: Dict[str, Any]) -> None:
+    """A script's own rendezvous (`init_method="tcp://..."`, `store=`, explicit ranks) joins dplint's group instead."""
+    own = {name: arguments[name] for name in ("init_method", "store") if arguments.get(name) not in (None, "env://")}
+    asked = {name: arguments[name] for name in ("world_size", "rank") if arguments.get(name, -1) != -1}
+    expected = {"world_size": rank.channel.world_size, "rank": rank.channel.rank}
+    wrong = {name: value for name, value in asked.items() if value != expected[name]}
+    if wrong:
+        name, value = next(iter(wrong.items()))
+        raise SetupError(
+            f"init_process_group({name}={value}) at {user_site(3)} on dplint's rank {rank.channel.rank} of "
+            f"{rank.channel.world_size}: run it with --nproc-per-node matching its world size"
+        )
+    if own:
+        name, value = next(iter(own.items()))
+        rank.note(f"init_process_group({name}={value!r}) joins dplint's process group instead ({user_site(3)})")
+        arguments.pop("init_method", None)
+        arguments.pop("store", None)
+        arguments.pop("world_size", None)
+        arguments.pop("rank", None)
 
 
 def _replace_distributed_function(name: str, replacement: Callable[..., Any]) -> None:
@@ -331,7 +394,10 @@ def _ddp_forward(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..
                 rank.channel.state(f"is in or after DDP forward at {where} (its backward all-reduces gradients)")
         rank.local.ddp_forward = getattr(rank.local, "ddp_forward", 0) + 1
         try:
-            return original(self, *inputs, **kwargs)
+            output = original(self, *inputs, **kwargs)
+            if torch.is_grad_enabled() and self.require_backward_grad_sync and self.process_group is dist.GroupMember.WORLD:
+                rank.pending_sync = user_site()  # its backward all-reduces the gradients: a collective too
+            return output
         except RuntimeError as error:
             unused = _UNUSED.search(str(error)) if "unused-parameters" in rank.checks else None
             if unused is None:
@@ -403,35 +469,68 @@ def _sampler_init(rank: _RankChecks, original: Callable[..., Any]) -> Callable[.
     return __init__
 
 
-def _sampler_iter(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def __iter__(self: DistributedSampler) -> Any:
-        indices = original(self)
-        if not self.shuffle or _active is None or not hasattr(self, "_dplint_where"):
-            return indices
-        finished: Set[int] = self.__dict__.setdefault("_dplint_finished_epochs", set())
-        if self.epoch in finished and not self.__dict__.get("_dplint_reported"):
-            self._dplint_reported = True
-            _active.channel.finding(
-                "DPL501",
-                f"this shuffling DistributedSampler is iterated again with its epoch still {self.epoch}: without "
-                "`set_epoch(epoch)` every epoch repeats the same order",
-                self._dplint_where,
-            )
-        return _watch(indices, finished, self.epoch)
+@dataclass(eq=False)
+class _Pass:
+    """One pass of a DataLoader over a shuffling DistributedSampler: its order is the sampler's epoch's."""
 
-    return __iter__
+    sampler: DistributedSampler
+    epoch: int
+    counted: bool = False
 
 
-def _watch(indices: Any, finished: Set[int], epoch: int) -> Any:
-    yield from indices
-    finished.add(epoch)  # only a full pass counts: peeking at one batch before training is fine
+def _distributed_sampler(index_sampler: Any) -> Optional[DistributedSampler]:
+    """The DistributedSampler under a loader's sampler or batch sampler, if any."""
+    for _ in range(3):
+        if isinstance(index_sampler, DistributedSampler):
+            return index_sampler
+        index_sampler = getattr(index_sampler, "sampler", None)
+    return None
 
 
 def _training(rank: _RankChecks) -> bool:
     if not torch.is_grad_enabled():
         return False
     return any((ddp := model.ddp()) is not None and ddp.training for model in rank.models)
+
+
+def _trained(rank: _RankChecks) -> None:
+    """A backward or an optimizer step: the passes that delivered the last training batches are training passes."""
+    for step_pass in rank.delivered.values():
+        if step_pass.counted:
+            continue
+        step_pass.counted = True
+        sampler = step_pass.sampler
+        epochs: Set[int] = sampler.__dict__.setdefault("_dplint_trained_epochs", set())
+        if step_pass.epoch in epochs and not sampler.__dict__.get("_dplint_reported"):
+            sampler._dplint_reported = True
+            rank.channel.finding(
+                "DPL501",
+                f"this shuffling DistributedSampler starts a second training pass with its epoch still {step_pass.epoch}: "
+                "without `set_epoch(epoch)` every epoch repeats the same order",
+                sampler._dplint_where,
+            )
+        epochs.add(step_pass.epoch)
+    rank.delivered.clear()
+
+
+def _backward(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        synced, rank.pending_sync = rank.pending_sync, None
+        if synced is None or "collectives" not in rank.checks:
+            result = original(*args, **kwargs)
+        else:
+            where = user_site()
+            rank.enter("DDP backward (gradient all-reduce)", where)
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                rank.leave("DDP backward (gradient all-reduce)", where)
+        if "samplers" in rank.checks:
+            _trained(rank)
+        return result
+
+    return backward
 
 
 def _loader_init(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -461,27 +560,37 @@ def _loader_iter(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..
     return __iter__
 
 
-def _next_index(original: Callable[..., Any]) -> Callable[..., Any]:
+def _next_index(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def _next_index(self: _BaseDataLoaderIter) -> Any:
         index = original(self)
         first = self.__dict__.get("_dplint_first")
         if first is not None and self._dataset_kind == _DatasetKind.Map and "indices" not in first:
             first["indices"] = [int(i) for i in (index if isinstance(index, (list, tuple)) else [index])][:_FIRST_BATCH_LIMIT]
+        if "samplers" in rank.checks and self.__dict__.get("_dplint_order") is not self._sampler_iter:
+            # The first index of a new pass (a new index iterator): the sampler has just made its order, from its epoch now.
+            self.__dict__["_dplint_order"] = self._sampler_iter
+            sampler = _distributed_sampler(self._index_sampler)
+            shuffled = sampler is not None and sampler.shuffle and hasattr(sampler, "_dplint_where")
+            self.__dict__["_dplint_pass"] = _Pass(sampler, sampler.epoch) if shuffled else None
         return index
 
     return _next_index
 
 
-def _next_batch(original: Callable[..., Any]) -> Callable[..., Any]:
+def _next_batch(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def __next__(self: _BaseDataLoaderIter) -> Any:
         batch = original(self)
         first = self.__dict__.pop("_dplint_first", None)
-        if first is not None and _active is not None:
+        if first is not None:
             if "indices" not in first:
                 first["digest"] = _digest(batch)
-            _active.channel.event("batch", **first)
+            rank.channel.event("batch", **first)
+        current = self.__dict__.get("_dplint_pass")
+        if current is not None and (_training(rank) if rank.models else torch.is_grad_enabled()):
+            # A later pass of the same sampler (the training loop after a peek) replaces an earlier one.
+            rank.delivered[id(current.sampler)] = current
         return batch
 
     return __next__

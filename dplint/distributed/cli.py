@@ -4,19 +4,34 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
-from dplint.distributed.checks import ALL_CHECKS
-from dplint.distributed.launcher import DEFAULT_TIMEOUT, run_script
+from dplint.distributed.launcher import ALL_CHECKS, DEFAULT_TIMEOUT, run_script
+
+_CHECKS_HELP = {
+    "collectives": "DPL507: each collective's op, shapes and call site, compared across the ranks",
+    "samplers": "DPL501, DPL503, DPL513: DistributedSampler epochs and settings",
+    "sharding": "DPL503: the ranks' first training batches",
+    "divergence": "DPL504, DPL511, DPL520: the replicas' parameters after each optimizer step",
+    "checkpoints": "DPL505: the same path saved from several ranks",
+    "unused-parameters": "DPL521: the parameters without a gradient",
+}
+_RUNTIME_EXTRA = "pip install '.[runtime]' in a clone of dplint (pip install 'dplint[runtime]' once it is published)"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    width = max(map(len, ALL_CHECKS))
+    listed = "\n".join(f"  {name:<{width}}  {_CHECKS_HELP[name]}" for name in ALL_CHECKS)
     parser = argparse.ArgumentParser(
         prog="dplint run",
         description="Run a torchrun training script on N CPU processes joined in a gloo process group, with "
         "dplint's distributed checks. NCCL runs as gloo; CUDA is hidden, so scripts take their CPU path.",
-        epilog="Exit status: 0 the ranks finished with no findings, 1 findings or a failed rank, 2 usage error.",
+        epilog=f"checks (--checks, default all):\n{listed}\n\n"
+        "Exit status: 0 every rank joined the process group and finished with no findings, 1 findings or a\n"
+        "failed rank, 2 usage error or ranks that did not join, 130 interrupted.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--nproc-per-node", "--nproc_per_node", dest="nprocs", type=int, default=2, metavar="N",
                         help="processes (ranks) to start (default: 2)")  # fmt: skip
@@ -24,11 +39,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--standalone", action="store_true", help="accepted for torchrun compatibility (always standalone)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"longest wait on a peer (a collective, the rendezvous) before it is a hang (default: {DEFAULT_TIMEOUT:g})")  # fmt: skip
-    parser.add_argument("--checks", metavar="NAMES", help=f"comma-separated checks to run (default: all of {','.join(ALL_CHECKS)})")
+    parser.add_argument("--checks", metavar="NAMES", help="comma-separated checks to run (default: all; listed below)")
     parser.add_argument("-m", "--module", action="store_true", help="run the target as a module, like `python -m`")
     parser.add_argument("training_script", help="the script (or, with -m, the module) to run")
     parser.add_argument("training_script_args", nargs=argparse.REMAINDER, help="its arguments")
     return parser
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the launcher, which stops the ranks
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -40,21 +59,43 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"--nproc-per-node must be at least 1, got {args.nprocs}")
     if args.timeout <= 0:
         parser.error(f"--timeout must be positive, got {args.timeout:g}")
-    checks = [name.strip() for name in args.checks.split(",") if name.strip()] if args.checks else list(ALL_CHECKS)
+    checks = list(ALL_CHECKS)
+    if args.checks is not None:
+        checks = [name.strip() for name in args.checks.split(",") if name.strip()]
+        if not checks:
+            parser.error(f"--checks names no check; choose from {', '.join(ALL_CHECKS)}")
     unknown = sorted(set(checks) - set(ALL_CHECKS))
     if unknown:
         parser.error(f"unknown checks {', '.join(unknown)}; choose from {', '.join(ALL_CHECKS)}")
     if not args.module and not os.path.isfile(args.training_script):
         parser.error(f"no such script: {args.training_script}")
+    try:
+        import torch  # noqa: F401 - only to say clearly that it is missing
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] != "torch":
+            raise
+        print(f"dplint run: error: `dplint run` needs the runtime extra: {_RUNTIME_EXTRA} ({error})", file=sys.stderr)
+        return 2
     target = ["-m", args.training_script] if args.module else [args.training_script]
-    outcome = run_script([*target, *args.training_script_args], args.nprocs, args.timeout, checks)
+    terminate = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        outcome = run_script([*target, *args.training_script_args], args.nprocs, args.timeout, checks)
+    except KeyboardInterrupt:
+        print("dplint run: interrupted; the ranks were stopped", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, terminate)
     error = outcome.error()
     for finding in outcome.findings:
         print(finding)
     if error is not None and error.failure is not None:
         print(f"dplint run: {error.failure_text()}", file=sys.stderr)
-        return 1
+        return 2 if error.failure.kind == "SetupError" else 1
+    if error is not None and error.incomplete:
+        print(f"dplint run: {error.incomplete}", file=sys.stderr)
+        return 2
     if outcome.findings:
         return 1
     print(f"dplint run: {args.nprocs} rank{'s' * (args.nprocs != 1)} finished; no distributed pitfalls found", file=sys.stderr)
     return 0
+

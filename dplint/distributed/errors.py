@@ -30,6 +30,14 @@ class DistributedPitfall(RuntimeError):
         self.where = where
 
 
+class PeerFailed(RuntimeError):
+    """Raised in a rank whose peer failed while it waited on it: a consequence, reported after its cause."""
+
+
+class SetupError(RuntimeError):
+    """The script cannot run as dplint was asked to run it: it wants another number of ranks than it was given."""
+
+
 @dataclass
 class RankFailure:
     rank: int
@@ -42,6 +50,8 @@ class RankFailure:
 
     def describe(self) -> str:
         if self.code:
+            return f"{self.where}: {self.message}"
+        if self.kind == "SetupError":
             return self.message
         if self.kind == "exit":
             return f"rank {self.rank} {self.message}; it {self.where}"
@@ -52,7 +62,8 @@ class LaunchError(RuntimeError):
     """A distributed run failed, or finished with findings; the message says which rank, where, and what the others did.
 
     `.failure` is the failed rank's RankFailure (None when the run finished with findings only), `.states`
-    what every rank was doing at the end, `.findings` the runtime findings.
+    what every rank was doing at the end, `.findings` the runtime findings, `.incomplete` (else None) why
+    a run without failures proves nothing: not every rank joined the process group.
     """
 
     def __init__(
@@ -60,10 +71,12 @@ class LaunchError(RuntimeError):
         failure: Optional[RankFailure],
         states: Dict[int, str],
         findings: Sequence[Finding] = (),
+        incomplete: Optional[str] = None,
     ) -> None:
         self.failure = failure
         self.states = states
         self.findings = list(findings)
+        self.incomplete = incomplete  # why the run proves nothing though no rank failed: the ranks did not all join
         self.code = failure.code if failure else (self.findings[0].code if self.findings else None)
         super().__init__(self._text())
 
@@ -72,12 +85,14 @@ class LaunchError(RuntimeError):
         if self.failure is None:
             return ""
         lines = [self.failure.describe()]
-        if not self.failure.code:
+        if not self.failure.code and self.failure.kind != "SetupError":
             lines += [f"  rank {rank} {state}" for rank, state in sorted(self.states.items()) if rank != self.failure.rank]
         return "\n".join(lines)
 
     def _text(self) -> str:
         lines: List[str] = [self.failure_text()] if self.failure else []
+        if self.incomplete:
+            lines.append(self.incomplete)
         if self.findings:
             lines.append(f"{len(self.findings)} distributed pitfall{'s' * (len(self.findings) != 1)} found at runtime:")
             lines += [f"  {finding}" for finding in self.findings]

@@ -6,6 +6,7 @@ import json
 import multiprocessing
 import os
 import pickle
+import signal
 import sys
 import time
 import warnings
@@ -14,19 +15,20 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from dplint.distributed import channel as keys
+from dplint.distributed.analysis import _ranks as listed
 from dplint.distributed.analysis import findings as analyse
 from dplint.distributed.errors import Finding, LaunchError, RankFailure
 
 DEFAULT_TIMEOUT = 30.0
 ACTIONS = ("raise", "warn")
+# Here, not in checks.py: `dplint run --help` and the pytest plugin list them without importing torch.
+ALL_CHECKS = ("collectives", "samplers", "sharding", "divergence", "checkpoints", "unused-parameters")
 # A failed rank's peers get this long to notice (a closed connection, a peer that ended) before they are stopped.
 _GRACE = 5.0
 _POLL = 0.02
 
 
 def _validate(nprocs: Any, timeout: Any, checks: Iterable[str], action: str) -> List[str]:
-    from dplint.distributed.checks import ALL_CHECKS
-
     if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
         raise ValueError(f"nprocs must be a positive int, got {nprocs!r}")
     if not isinstance(timeout, (int, float)) or timeout <= 0:
@@ -42,7 +44,7 @@ def _validate(nprocs: Any, timeout: Any, checks: Iterable[str], action: str) -> 
 
 def rank_environment(rank: int, world_size: int, port: int) -> Dict[str, str]:
     """The variables torchrun sets for one rank (one node), pointed at dplint's store; CUDA hidden."""
-    return {
+    environment = {
         "RANK": str(rank),
         "LOCAL_RANK": str(rank),
         "GROUP_RANK": "0",
@@ -56,9 +58,12 @@ def rank_environment(rank: int, world_size: int, port: int) -> Dict[str, str]:
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_RUN_ID": "dplint",
         "TORCHELASTIC_MAX_RESTARTS": "0",
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
         "CUDA_VISIBLE_DEVICES": "",  # scripts that test torch.cuda.is_available() take their CPU path
     }
+    # As torchrun: one thread per rank when several share the machine, unless the user chose.
+    if "OMP_NUM_THREADS" in os.environ or world_size > 1:
+        environment["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
+    return environment
 
 
 @dataclass
@@ -67,12 +72,28 @@ class Outcome:
     states: Dict[int, str]
     findings: List[Finding]
     results: Dict[int, Any]
+    joined: List[int]  # the ranks that joined a process group of all the ranks
+    spawns: List[Dict[str, Any]]  # the script's own mp.spawn calls that started no process
+
+    def incomplete(self) -> Optional[str]:
+        """Why a run without failures proves nothing (None: every rank joined, and ran what it was given)."""
+        world = len(self.states)
+        if len(self.joined) == world and not self.spawns:
+            return None
+        joined = f"{len(self.joined)} of {world} rank{'s' * (world != 1)} joined a process group"
+        if self.spawns:
+            spawn = self.spawns[0]
+            return (f"{joined}: {spawn['call']} at {spawn['where']} started no process "
+                    "(torch.cuda.device_count() is 0: dplint hides CUDA)")  # fmt: skip
+        missing = [r for r in range(world) if r not in self.joined]
+        return f"{joined}: {listed(missing)} never called init_process_group"
 
     def error(self) -> Optional[LaunchError]:
         if self.failures:
             primary = min(self.failures, key=lambda f: (f.time, f.rank))  # the first to fail; the others follow from it
             return LaunchError(primary, self.states, self.findings)
-        return LaunchError(None, self.states, self.findings) if self.findings else None
+        incomplete = self.incomplete()
+        return LaunchError(None, self.states, self.findings, incomplete) if self.findings or incomplete else None
 
 
 class _Rank:
@@ -88,6 +109,10 @@ class _Rank:
     def stop(self) -> None:
         if self.process.exitcode is None:
             self.stopped = True
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)  # the rank's group: it and the processes it started
+            except (ProcessLookupError, AttributeError):  # not yet a group leader, or not POSIX
+                pass
             self.process.kill()
         self.process.join()
 
@@ -133,7 +158,9 @@ def _supervise(store: Any, ranks: List[_Rank], timeout: float) -> Outcome:
         key = keys.result_key(r)
         if store.check([key]):
             results[r] = pickle.loads(store.get(key))
-    return Outcome(failures, states, analyse(events), results)
+    joined = [r for r in range(world) if keys.read_text(store, keys.joined_key(r)) == str(world)]
+    spawns = [event for r in range(world) for event in events[r] if event["kind"] == "spawn"]
+    return Outcome(failures, states, analyse(events), results, joined, spawns)
 
 
 def _state(store: Any, rank: int) -> str:
@@ -156,23 +183,23 @@ def launch(
     """Run `fn(*args, **kwargs)` in `nprocs` processes joined in a gloo process group, with the checks on.
 
     Returns every rank's result, in rank order. Raises LaunchError when a rank fails (saying which
-    rank, where, and what every other rank was doing) or, with `action="raise"`, when the checks
-    found pitfalls; with `action="warn"` findings are warnings instead. `timeout` (seconds) bounds
+    rank, where, and what every other rank was doing), when `fn` started no work (its own
+    `mp.spawn(nprocs=0)`), or, with `action="raise"`, when the checks found pitfalls; with
+    `action="warn"` findings are warnings instead. `timeout` (seconds) bounds
     every wait on a peer: a collective, a barrier, the group's rendezvous. `checks` picks checks by
     name (None: all of `dplint.distributed.ALL_CHECKS`; empty: none, only the CPU shims). `fn` and its arguments must be
     picklable (a module-level function), as with torch.multiprocessing.spawn.
     """
-    from dplint.distributed.checks import ALL_CHECKS
     from dplint.distributed.rank import run_function
 
     chosen = _validate(nprocs, timeout, ALL_CHECKS if checks is None else checks, action)
-    outcome = _run(run_function, (fn, args, kwargs or {}), nprocs, {"timeout": float(timeout), "checks": chosen})
+    outcome = _run(run_function, (fn, args, kwargs or {}), nprocs, {"timeout": float(timeout), "checks": chosen, "launcher": os.getpid()})
     _report(outcome, action)
     return [outcome.results.get(r) for r in range(nprocs)]
 
 
 def _report(outcome: Outcome, action: str) -> None:
-    if outcome.failures or action == "raise":
+    if outcome.failures or action == "raise" or outcome.incomplete():
         error = outcome.error()
         if error is not None:
             raise error
@@ -192,11 +219,10 @@ def _context() -> Any:
 
 def run_script(target: Sequence[str], nprocs: int, timeout: float = DEFAULT_TIMEOUT, checks: Optional[Iterable[str]] = None) -> Outcome:
     """`dplint run`: run a script (or `-m` module) as `__main__` in each rank, as torchrun would."""
-    from dplint.distributed.checks import ALL_CHECKS
     from dplint.distributed.rank import run_script as run_rank
 
     chosen = _validate(nprocs, timeout, ALL_CHECKS if checks is None else checks, "raise")
-    return _run(run_rank, (tuple(target),), nprocs, {"timeout": float(timeout), "checks": chosen})
+    return _run(run_rank, (tuple(target),), nprocs, {"timeout": float(timeout), "checks": chosen, "launcher": os.getpid()})
 
 
 def _run(target: Callable[..., Any], arguments: tuple, nprocs: int, settings: Dict[str, Any]) -> Outcome:
@@ -209,7 +235,7 @@ def _run(target: Callable[..., Any], arguments: tuple, nprocs: int, settings: Di
                 target=target,
                 args=(rank_environment(r, nprocs, store.port), settings, *arguments),
                 name=f"dplint-rank-{r}",
-                daemon=True,
+                daemon=False,  # a rank may have children (DataLoader workers); _Rank.stop ends them with it
             )
             process.start()
             started.append(_Rank(process))

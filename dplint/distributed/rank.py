@@ -3,14 +3,52 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import pickle
 import runpy
+import select
+import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict
 from typing import Any, Callable, Dict, Sequence
+
+
+def _end_with(launcher: int) -> None:
+    """End this rank and its group when the launcher ends, even killed (its own cleanup then never runs)."""
+    try:
+        handle = os.pidfd_open(launcher)
+    except (AttributeError, OSError):  # not Linux 5.3+: the launcher's cleanup is all there is
+        return
+
+    def watch() -> None:
+        select.select([handle], [], [])  # readable once the launcher has ended
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="dplint-launcher-watch", daemon=True).start()
+
+
+def _become_rank(environment: Dict[str, str], launcher: int) -> None:
+    """Take torchrun's environment and threads, and stay under the launcher's control with any children."""
+    os.environ.update(environment)
+    # The forkserver made its start method this process's default; a script's DataLoader workers and
+    # processes start as in a process torchrun starts, with python's default.
+    multiprocessing.set_start_method(None, force=True)
+    if hasattr(os, "setpgrp"):
+        # A group of its own: the launcher ends the rank with its DataLoader workers and the processes it
+        # started (killpg), and a terminal's Ctrl-C reaches the launcher alone, which stops the ranks.
+        os.setpgrp()
+    _end_with(launcher)
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        import torch
+
+        # The forkserver imported torch before OMP_NUM_THREADS was set: its thread pool has a thread per core.
+        torch.set_num_threads(int(threads))
+
 
 def _where(error: BaseException) -> str:
     from dplint.distributed.channel import _OWN_DIR, display_path
@@ -35,6 +73,13 @@ def _print_user_traceback(error: BaseException) -> None:
         [frame for frame in shown.stack if not frame.filename.startswith(_OWN_DIR) and not frame.filename.startswith("<frozen runpy")]
     )
     sys.stderr.write("".join(shown.format()))
+
+
+def _quiet(channel: Any, error: BaseException) -> bool:
+    """Failures whose traceback says nothing: dplint's own findings, and a rank's reaction to a failed peer."""
+    from dplint.distributed.errors import DistributedPitfall, PeerFailed, SetupError
+
+    return isinstance(error, (DistributedPitfall, PeerFailed, SetupError, KeyboardInterrupt)) or channel.a_peer_failed()
 
 
 def _publish_failure(channel: Any, error: BaseException) -> None:
@@ -80,7 +125,7 @@ def _connect(settings: Dict[str, Any]) -> Any:
 
 def run_function(environment: Dict[str, str], settings: Dict[str, Any], fn: Callable[..., Any], args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
     """The target of each process `launch` starts."""
-    os.environ.update(environment)
+    _become_rank(environment, settings["launcher"])
     from datetime import timedelta
 
     import torch.distributed as dist
@@ -92,6 +137,7 @@ def run_function(environment: Dict[str, str], settings: Dict[str, Any], fn: Call
     try:
         checks.install(channel, set(settings["checks"]), group_ready=True)
         dist.init_process_group("gloo", timeout=timedelta(seconds=float(settings["timeout"])))
+        channel.joined(dist.get_world_size())
         channel.state(f"is running {getattr(fn, '__qualname__', fn)}() and has made no collective yet")
         result = fn(*args, **kwargs)
         channel.store.set(result_key(channel.rank), pickle.dumps(result))
@@ -107,7 +153,7 @@ def run_function(environment: Dict[str, str], settings: Dict[str, Any], fn: Call
 
 def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Sequence[str]) -> None:
     """A rank of `dplint run`: run the script (or `-m` module) as `__main__`, as python does under torchrun."""
-    os.environ.update(environment)
+    _become_rank(environment, settings["launcher"])
     from dplint.distributed import checks
 
     channel = _connect(settings)
@@ -129,7 +175,8 @@ def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Se
         if status:
             _publish_failure(channel, SystemExit(f"the script exited with status {status}").with_traceback(exit.__traceback__))
     except BaseException as error:  # noqa: B902 - every failure is reported to the launcher
-        _print_user_traceback(error)
+        if not _quiet(channel, error):
+            _print_user_traceback(error)
         _publish_failure(channel, error)
         status = 1
     if status == 0:

@@ -14,6 +14,7 @@ from typing import Iterable, List, Optional, Set
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec, ServerTextPosition
 
+from dplint.docs import reference_url
 from dplint.finding import Finding, Location
 from dplint.suppression import LINE_NOQA
 
@@ -47,12 +48,13 @@ class Converter:
                 "applicability": finding.fix.applicability,
                 "edits": [_edit_json(edit) for edit in self.fix_edits([finding])],
             }
+        href = reference_url(finding.code, finding.name)
         return types.Diagnostic(
             range=self.range(finding.location, finding.end_location),
             message=finding.message,
             severity=severity,
             code=finding.code,
-            code_description=types.CodeDescription(href=finding.url),
+            code_description=types.CodeDescription(href=href) if href is not None else None,
             source=SOURCE,
             data={"fix": fix, "noqaRow": finding.noqa_row or finding.location.row},
         )

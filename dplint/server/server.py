@@ -16,8 +16,8 @@ from pygls.uris import to_fs_path
 from dplint import __version__
 from dplint.config import ConfigError, Settings, resolve_settings
 from dplint.discovery import SOURCE_SUFFIXES
-from dplint.docs import explain
-from dplint.engine import check_file
+from dplint.docs import explain, reference_url
+from dplint.engine import StatementTrees, check_file
 from dplint.finding import Finding
 from dplint.fixes import apply_fixes
 from dplint.rules import BY_CODE, ParseError
@@ -48,6 +48,8 @@ class DplintServer(LanguageServer):
         self.client_settings: Dict[str, Any] = {}
         self.projects: Dict[Path, WorkspaceFacts] = {}
         self.linted: Dict[str, Linted] = {}
+        # Each open document's statement trees from its last lint: an edit re-parses only what it touched.
+        self.statements: Dict[str, StatementTrees] = {}
         self.pending: Dict[str, asyncio.Task] = {}
         self.shown_errors: Set[str] = set()
 
@@ -103,7 +105,8 @@ class DplintServer(LanguageServer):
             facts = project.use_text(filename, text)
             findings: List[Finding] = []
             if not _is_excluded(settings, Path(filename)):
-                result = check_file(project.source(filename), text, settings, project.project(), facts)
+                statements = self.statements.setdefault(uri, StatementTrees())
+                result = check_file(project.source(filename), text, settings, project.project(), facts, statements)
                 for error in result.internal_errors:
                     self.log(types.MessageType.Error, f"internal error in rule {error.code} on {error.path}:\n{error.details}")
                 if result.internal_errors:
@@ -157,6 +160,7 @@ class DplintServer(LanguageServer):
     def forget(self, uri: str) -> None:
         self.cancel(uri)
         self.linted.pop(uri, None)
+        self.statements.pop(uri, None)
         filename = to_fs_path(uri)
         if filename is None:
             return
@@ -352,7 +356,9 @@ def hover(ls: DplintServer, params: types.HoverParams) -> Optional[types.Hover]:
         if rule is None or not contains(where, params.position):
             continue
         ranges.append(where)
-        sections.append(f"**{rule.code}** ({rule.name}): {rule.summary} [Rule reference]({finding.url})\n\n{explain(rule)}")
+        url = reference_url(rule.code, rule.name)
+        link = f" [Rule reference]({url})" if url is not None else ""
+        sections.append(f"**{rule.code}** ({rule.name}): {rule.summary}{link}\n\n{explain(rule)}")
     if not sections:
         return None
     content = types.MarkupContent(types.MarkupKind.Markdown, "\n---\n\n".join(sections))

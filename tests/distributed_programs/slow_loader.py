@@ -1,0 +1,31 @@
+"""A torchrun script stuck in a slow data pipeline: each rank and its DataLoader workers write their pids, then wait."""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset
+
+PIDS = Path(sys.argv[1])
+
+
+class Slow(Dataset):
+    def __len__(self) -> int:
+        return 1000
+
+    def __getitem__(self, index: int) -> int:
+        time.sleep(60)
+        return index
+
+
+def record_worker(worker_id: int) -> None:
+    (PIDS / f"worker-{os.environ['RANK']}-{worker_id}").write_text(str(os.getpid()))
+
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo")
+    (PIDS / f"rank-{dist.get_rank()}").write_text(str(os.getpid()))
+    for batch in DataLoader(Slow(), batch_size=4, num_workers=2, worker_init_fn=record_worker):
+        pass
