@@ -263,6 +263,11 @@ class ForwardLayouts:
         values = inner.returned_values
         if not values:
             return None
+        # A helper that moves the batch on one of its paths (`if self.flat: ... return x.permute(2, 0, 1)`)
+        # returns it moved on that path, as a `forward` with that `return` would.
+        moved = [value for value in values if isinstance(value, Layout) and value.mover is not None]
+        if moved and all(value.batch_dim == moved[0].batch_dim for value in moved):
+            return moved[0]
         result = values[0]
         for value in values[1:]:
             result = _merge(result, value)

@@ -221,17 +221,24 @@ def _rank_knowledge(ctx: FileContext) -> RankKnowledge:
     assignments: List[Tuple[List[str], cst.BaseExpression]] = []
     values: Set[str] = set()
     spawned: List[str] = []
+    calls: List[cst.Call] = []  # `Trainer(model, loader, rank)`, `train(args, gpu)`: a rank may be passed on
+    classes: Dict[str, cst.ClassDef] = {}
     pending: List[cst.CSTNode] = [ctx.module]
     while pending:
         node = pending.pop()
         if isinstance(node, cst.FunctionDef):
             functions.setdefault(node.name.value, node)
+        elif isinstance(node, cst.ClassDef):
+            classes.setdefault(node.name.value, node)
         elif isinstance(node, cst.Assign):
             assignments.append(([_last_name(t.target) for t in node.targets], node.value))
         elif isinstance(node, cst.AnnAssign) and node.value is not None:
             assignments.append(([_last_name(node.target)], node.value))
-        elif isinstance(node, cst.Call) and ctx.qualify(node.func) in _SPAWNERS:
-            spawned.append(dotted(node.args[0].value) or "" if node.args else "")
+        elif isinstance(node, cst.Call):
+            if ctx.qualify(node.func) in _SPAWNERS:
+                spawned.append(dotted(node.args[0].value) or "" if node.args else "")
+            elif isinstance(node.func, cst.Name):
+                calls.append(node)
         pending.extend(child_nodes(node))
     for name in spawned:  # `mp.spawn(main_worker, ...)` passes each process its index first
         target = functions.get(name.rpartition(".")[2])
@@ -254,7 +261,32 @@ def _rank_knowledge(ctx: FileContext) -> RankKnowledge:
             if _holds_rank(ctx, value, known):
                 values.update(t for t in targets if t)
             changed = changed or len(flags) + len(values) != before
+        for call in calls:
+            before = len(values)
+            values.update(_parameters_given_a_rank(call, functions, classes, known))
+            changed = changed or len(values) != before
     return RankKnowledge(frozenset(values), frozenset(flags), frozenset(predicates))
+
+
+def _parameters_given_a_rank(
+    call: cst.Call, functions: Dict[str, cst.FunctionDef], classes: Dict[str, cst.ClassDef], known: RankKnowledge
+) -> List[str]:
+    """The parameters of a function or class of this file that the call passes a rank."""
+    name = call.func.value if isinstance(call.func, cst.Name) else ""
+    function = functions.get(name)
+    params = parameter_names(function) if function is not None else []
+    if name in classes:
+        init = next((s for s in block_body(classes[name].body) if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+        params = parameter_names(init)[1:] if init is not None else []
+    if not params:
+        return []
+    found = []
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    for param, arg in zip(params, positional):
+        if known.mentions_rank(arg.value):
+            found.append(param)
+    found.extend(arg.keyword.value for arg in call.args if arg.keyword is not None and known.mentions_rank(arg.value))
+    return found
 
 
 def _last_name(target: cst.BaseExpression) -> str:

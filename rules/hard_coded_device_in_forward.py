@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
+from dplint.analysis.facts import ProjectFacts, Wrap
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.analysis.inference import Inference
@@ -17,15 +18,17 @@ INDEXED_DEVICE = re.compile(r"cuda:\d+")
 class HardCodedDeviceInForward(WrappedForwardRule):
     """
     ## What it does
-    Checks `forward` of `nn.Module` subclasses wrapped in `nn.DataParallel` somewhere in the linted
-    tree for tensors created on or moved to a literal device index: `device="cuda:0"`, `.cuda(0)`,
-    `.to("cuda:1")`, `.to(0)`, `torch.device("cuda", 1)`.
+    Checks `forward` of `nn.Module` subclasses wrapped in `nn.DataParallel` or
+    `DistributedDataParallel` somewhere in the project for tensors created on or moved to a literal
+    device index: `device="cuda:0"`, `.cuda(0)`, `.to("cuda:1")`, `.to(0)`, `torch.device("cuda", 1)`.
 
     ## Why is this bad?
     DataParallel runs a replica of the module on every GPU, each inside `torch.cuda.device(k)`. A
     literal index sends every replica's tensor to the same GPU: replica 1 computes with its input on
     GPU 1 and the new tensor on GPU 0, and fails with "Expected all tensors to be on the same
-    device" (or silently funnels work and memory through one GPU). On one GPU it works.
+    device" (or silently funnels work and memory through one GPU). Under DistributedDataParallel
+    each rank runs `forward` with its parameters on its own GPU: rank 1's new tensor lands on GPU 0
+    beside parameters on GPU 1, and the same error follows. On one GPU it works.
 
     ## Example
     ```python
@@ -44,12 +47,14 @@ class HardCodedDeviceInForward(WrappedForwardRule):
 
     ## Known problems
     Only literal indices are reported, and only in classes known to be wrapped: manual model
-    parallelism (`x.to("cuda:1")` between stages) in an unwrapped module is legitimate.
+    parallelism (`x.to("cuda:1")` between stages) in an unwrapped module is legitimate. A launcher
+    that shows each DDP rank only its own GPU (`CUDA_VISIBLE_DEVICES` set per rank) makes `cuda:0`
+    every rank's own GPU; the wrap does not say so, and such a program is reported.
     """
 
     code = "DPL104"
     name = "hard-coded-device-in-forward"
-    summary = "`forward` of a DataParallel-wrapped module puts tensors on a literal GPU index."
+    summary = "`forward` of a DataParallel- or DDP-wrapped module puts tensors on a literal GPU index."
     triggers = GuardedPattern(r"cuda:\d|\.cuda\(\s*\d|\.to\(\s*\d|device\(", ["cuda:", ".cuda(", ".to(", "device("])
 
     VALID = [
@@ -103,6 +108,20 @@ class HardCodedDeviceInForward(WrappedForwardRule):
             """
             import torch
             import torch.nn as nn
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            class Net(nn.Module):
+                def forward(self, x):
+                    return x * torch.ones(x.size(1), device="cuda:0")  # rank 1: GPU 0 beside GPU 1
+
+            model = DDP(Net().cuda(rank), device_ids=[rank])
+            """,
+            line=7,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
 
             class Net(nn.Module):
                 def forward(self, x):
@@ -141,9 +160,12 @@ class HardCodedDeviceInForward(WrappedForwardRule):
         ),
     ]
 
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        wrapped = project.wraps_any(module_classes) or any(name in project.distributed_wrapped for name in module_classes)
+        return wrapped and self.triggers.search(text) is not None
+
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        inference: Inference = Inference.of(ctx)
-        for class_name, forward, _, wraps in inference.wrapped_forwards():
+        for class_name, forward, runs_on in _wrapped_forwards(ctx):
             for statement in iter_small_statements(block_body(forward.body), into_functions=False):
                 for call in iter_calls(statement):
                     device = self._literal_index(ctx, call)
@@ -152,7 +174,7 @@ class HardCodedDeviceInForward(WrappedForwardRule):
                             node=call,
                             message=(
                                 f"`{ctx.short_code(call, 30)}` pins a tensor to {device} in `{class_name}.forward`, which "
-                                "DataParallel runs on every GPU."
+                                f"{runs_on}."
                             ),
                             help="Use `device=x.device` (or `.to(x.device)`), or register the tensor as a buffer.",
                             statement=statement,
@@ -179,3 +201,21 @@ class HardCodedDeviceInForward(WrappedForwardRule):
                     return f"`{args[0].evaluated_value}`"
         return None
 
+
+
+def _wrapped_forwards(ctx: FileContext) -> Iterator[Tuple[str, cst.FunctionDef, str]]:
+    """Each `forward` of this file run by DataParallel or DDP, and where it runs, in words."""
+    inference: Inference = Inference.of(ctx)
+    for class_name, model in inference.classes.items():
+        wraps: List[Wrap] = [
+            wrap
+            for table in (ctx.project.wrapped, ctx.project.distributed_wrapped)
+            for wrap in table.get(class_name, ())
+            if wrap.class_name != class_name or wrap.can_mean(ctx.module_name, ctx.filename)
+        ]
+        if not wraps:
+            continue
+        runs_on = "DataParallel runs on every GPU" if any(not w.distributed for w in wraps) else "DDP runs on each rank's own GPU"
+        for statement in block_body(model.node.body):
+            if isinstance(statement, cst.FunctionDef) and statement.name.value == "forward":
+                yield class_name, statement, runs_on

@@ -1,14 +1,14 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Set
 
 import libcst as cst
 
 from dplint.context import FileContext
 from dplint.analysis.facts import DATA_PARALLEL, ProjectFacts
 from dplint.analysis.inference import Inference, Scope
-from dplint.analysis.names import decimal_value, integer_value
+from dplint.analysis.names import decimal_value, descendants, dotted, integer_value, iter_calls
 from dplint.rule import Invalid, Report, Rule, Valid
 
 
@@ -17,7 +17,9 @@ class ModuleOffPrimaryDevice(Rule):
     ## What it does
     Statically: reports `nn.DataParallel(module, device_ids=[...])` where the module was moved to a
     literal GPU (`model.cuda(1)`, `.to("cuda:1")`, directly in the call or in the assignment of the
-    name passed) that is not `device_ids[0]`. `device_ids=[1, 0]` with the module on `cuda:1` is correct.
+    name passed) that is not `device_ids[0]`, wherever the wrap is written (assigned, returned,
+    passed on, chained with `.cuda()`, in a conditional expression or a comprehension).
+    `device_ids=[1, 0]` with the module on `cuda:1` is correct.
 
     At runtime, checks before every `nn.DataParallel` forward that all parameters and buffers of the
     wrapped module are on `device_ids[0]` (under simulation: on the device of the simulated
@@ -77,6 +79,13 @@ class ModuleOffPrimaryDevice(Rule):
             model = nn.DataParallel(Net().cuda(), device_ids=gpus)  # not literal: not compared
             """
         ),
+        Valid(
+            """
+            import torch.nn as nn
+            net = Net().cuda(1)
+            nets = [nn.DataParallel(net, device_ids=[0, 1]) for net in backbones]  # not the `net` above
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -102,27 +111,46 @@ class ModuleOffPrimaryDevice(Rule):
             """,
             line=3,
         ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            def build(model):
+                return nn.DataParallel(model.cuda(1), device_ids=[0, 1]).cuda()
+            """,
+            line=4,
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         inference: Inference = Inference.of(ctx)
         for line, scope in inference.statements:
             for small in line.body:
-                value = small.value if isinstance(small, (cst.Assign, cst.Expr)) else None
-                if not (isinstance(value, cst.Call) and ctx.qualify(value.func) in DATA_PARALLEL and value.args):
-                    continue
-                ids = _device_ids(value)
-                moved = _moved_to(ctx, value.args[0].value, scope)
-                if ids and moved is not None and moved != ids[0]:
-                    yield Report(
-                        node=value,
-                        message=(
-                            f"The module is on cuda:{moved} but `device_ids` starts with {ids[0]}: "
-                            "DataParallel raises at the first forward."
-                        ),
-                        help=f"Move the module to `cuda:{ids[0]}`, or list `{moved}` first in `device_ids`.",
-                        statement=small,
-                    )
+                wraps = [call for call in iter_calls(small) if call.args and ctx.qualify(call.func) in DATA_PARALLEL]
+                # A comprehension's own variables are not the names the scope binds.
+                local = _comprehension_names(small) if wraps else set()
+                for value in wraps:
+                    ids = _device_ids(value)
+                    module = value.args[0].value
+                    moved = None if dotted(module) in local else _moved_to(ctx, module, scope)
+                    if ids and moved is not None and moved != ids[0]:
+                        yield Report(
+                            node=value,
+                            message=(
+                                f"The module is on cuda:{moved} but `device_ids` starts with {ids[0]}: "
+                                "DataParallel raises at the first forward."
+                            ),
+                            help=f"Move the module to `cuda:{ids[0]}`, or list `{moved}` first in `device_ids`.",
+                            statement=small,
+                        )
+
+
+def _comprehension_names(small: cst.CSTNode) -> Set[str]:
+    names: Set[str] = set()
+    for node in descendants(small):
+        if isinstance(node, cst.CompFor):
+            names.update(n.value for n in descendants(node.target) if isinstance(n, cst.Name))
+    return names
 
 
 def _device_ids(call: cst.Call) -> Optional[List[int]]:

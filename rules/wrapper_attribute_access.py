@@ -6,8 +6,8 @@ from typing import Dict, FrozenSet, Iterator, List, Mapping, Sequence, Set, Tupl
 import libcst as cst
 
 from dplint.analysis.facts import ProjectFacts
-from dplint.analysis.names import dotted, run_visitor
-from dplint.analysis.wrapping import WrapSite, describe, handled_names, scopes
+from dplint.analysis.names import run_visitor
+from dplint.analysis.wrapping import WrapSite, describe, handled_names, holder, scopes
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
@@ -30,8 +30,11 @@ WRAPPER_ATTRIBUTES = frozenset(
     register_comm_hook require_backward_grad_sync require_forward_param_sync skip_all_reduce_unused_params
     static_graph to_kwargs use_side_stream_for_tensor_copies will_sync_module_buffers""".split()
 )
-# `x = nn.DataParallel(...)`, `self.model = DDP(...)` (also in a one-line suite): a file without one has nothing to check.
-_WRAP_ASSIGNMENT = GuardedPattern(r"(?:^|[:;])[ \t]*[\w.]+[ \t]*=[ \t]*[\w.]*(?:DataParallel|DDP)\(", ["DataParallel(", "DDP("], re.M)
+# `x = nn.DataParallel(...)`, `self.model = DDP(...)`, `heads = [DataParallel(h) ...` (also in a one-line
+# suite): a file without one has nothing to check.
+_WRAP_ASSIGNMENT = GuardedPattern(
+    r"(?:^|[:;])[ \t]*[\w.]+[ \t]*=[ \t]*[\[(]?[ \t]*[\w.]*(?:DataParallel|DDP)\(", ["DataParallel(", "DDP("], re.M
+)
 
 
 class WrapperAttributeAccess(Rule):
@@ -42,7 +45,10 @@ class WrapperAttributeAccess(Rule):
     `model = nn.DataParallel(model)`. A wrap on some path counts (`if torch.cuda.device_count() > 1:`,
     `if args.multi_gpu:`), as do wraps with `.cuda()`/`.to(device)` chained on them, and
     `self.model = DataParallel(self.model)` in one method (or in a base trainer, also in another file
-    of the project) seen from the class's other methods. `nn.Module` methods and the wrappers' own
+    of the project) seen from the class's other methods. A wrap is followed into the calls that return
+    it (`model = build_model(args)` where `build_model` returns a wrapper, also from another file),
+    into objects (`trainer.model.fc` after `trainer = Trainer(net)` whose `__init__` wraps
+    `self.model`) and out of lists of wrappers (`self.heads[i].fc`, `for head in self.heads:`). `nn.Module` methods and the wrappers' own
     attributes (`train`, `parameters`, `state_dict`, `to`, `device_ids`, `module`, `no_sync`, …) are
     fine, and so is code that tells the cases apart: `hasattr(m, "module")`, `isinstance(m, ...)`,
     `getattr(m, "module", m)`, `m.module if ... else m`, or the other branch of the wrap's condition.
@@ -69,8 +75,8 @@ class WrapperAttributeAccess(Rule):
     ```
 
     ## Known problems
-    A wrapper passed in as an argument, returned by a function, or stored in a container is not
-    followed. Base trainers are matched by class name. Not reported: a read of an attribute the same
+    A wrapper passed in as an argument is not followed, nor one returned by a method, inside a tuple,
+    or stored in a dict. Base trainers are matched by class name. Not reported: a read of an attribute the same
     function set on the name earlier (the wrapper has it then), code after `assert not distributed`
     when the wrap needed `distributed`, the branch where `isinstance(m, DataParallel)` is false, and a
     method that only `__init__` calls before it wraps (when the file calls it nowhere else).
@@ -248,11 +254,30 @@ class WrapperAttributeAccess(Rule):
             """,
             line=9,
         ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            def build(model, ngpu):
+                if ngpu > 1:
+                    model = nn.DataParallel(model)
+                return model.cuda()
+
+            model = build(Net(), args.ngpu)
+            logits = model.classifier(features)
+            """,
+            line=9,
+        ),
     ]
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
-        """A wrap assigned in this file, or a class of it inheriting a base trainer's `self.<attr>` wrap."""
-        return _WRAP_ASSIGNMENT.search(text) is not None or any(project.attribute_wraps.get(name) for name in module_classes)
+        """A wrap assigned in this file, a call of something that makes one, or a class of it inheriting a
+        base trainer's `self.<attr>` wrap."""
+        return (
+            _WRAP_ASSIGNMENT.search(text) is not None
+            or any(project.attribute_wraps.get(name) for name in module_classes)
+            or any(f"{name}(" in text for name in project.wrap_makers)
+        )
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         for points in scopes(ctx):
@@ -284,15 +309,16 @@ class WrapperAttributeAccess(Rule):
             if sets and isinstance(small, (cst.Assign, cst.AnnAssign)):
                 set_on_wrapper.add((owner, name))
             wrapper, where, unconditional = describe(wrapped[owner], ctx)
+            shown = ctx.short_code(attribute.value, 30) if owner.endswith("[]") else owner
             if sets:
-                message = f"`{owner}.{name} = …` sets it on the {wrapper} wrapper ({where}), not on the model."
+                message = f"`{shown}.{name} = …` sets it on the {wrapper} wrapper ({where}), not on the model."
             else:
                 holds = "is" if unconditional else "may be"
-                message = f"`{owner}` {holds} the {wrapper} wrapper ({where}), which has no `{name}`."
+                message = f"`{shown}` {holds} the {wrapper} wrapper ({where}), which has no `{name}`."
             yield Report(
                 node=attribute,
                 message=message,
-                help=f"Use `{owner}.module.{name}`, or `getattr({owner}, \"module\", {owner}).{name}` where the wrap is conditional.",
+                help=f"Use `{shown}.module.{name}`, or `getattr({shown}, \"module\", {shown}).{name}` where the wrap is conditional.",
                 statement=small,
             )
 
@@ -313,6 +339,6 @@ class _AttributeCollector(cst.CSTVisitor):
         self.skipped.pop()
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        owner = dotted(node.value)
+        owner = holder(node.value)
         if owner is not None and owner in self.wrapped and not any(owner in names for names in self.skipped):
             self.found.append((node, owner))

@@ -7,7 +7,7 @@ import libcst as cst
 
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.names import Body, child_blocks, dotted, iter_calls, names_in, run_visitor, signed_integer_value
-from dplint.analysis.wrapping import Point, WrapSite, describe, handled_names, scopes
+from dplint.analysis.wrapping import Point, WrapSite, describe, handled_names, holder, scopes
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
@@ -24,10 +24,15 @@ _PREFIX_STRING = GuardedPattern(
     one_line=True,
 )
 _SLICE_OF_SEVEN = re.compile(r"\[\s*7\s*:\s*\]")
+# `".".join(k.split(".")[1:])`: the first part of a dotted key dropped, whatever it is.
+_FIRST_PART_DROPPED = GuardedPattern(r"""split\(\s*["']\.["']\s*\)\s*\[\s*1\s*:\s*\]""", ["split("])
+# Only a loaded checkpoint's keys make that the prefix: dotted module paths are cut the same way, and so
+# are a model's own keys when they are matched to a converted checkpoint's (pytorch-openpose's `transfer`).
+_STATE_DICT_KEYS = re.compile(r"ckpt|checkpoint|torch\.load")
 
 
 def _strips_by_hand(text: str) -> bool:
-    return _PREFIX_STRING.search(text) is not None or _SLICE_OF_SEVEN.search(text) is not None
+    return any(pattern.search(text) is not None for pattern in (_PREFIX_STRING, _SLICE_OF_SEVEN, _FIRST_PART_DROPPED))
 
 
 # A wrap written in the file: `nn.DataParallel(`, `DistributedDataParallel(`, `DDP(`.
@@ -43,9 +48,13 @@ class WrapperStateDictPrefix(Rule):
     `torch.save` or a save helper (`save_checkpoint(...)`), directly, inside a dict, or through a
     variable. A wrap on some path counts (`if torch.cuda.device_count() > 1:`, `if args.multi_gpu:`),
     as do wraps with `.cuda()`/`.to(device)` chained on them and `self.model = DataParallel(...)`
-    made in another method or a base trainer. Also checks for the `module.` prefix stripped by hand:
-    `k[7:]`, `k[len("module."):]`, `k.replace("module.", "")`, `k.split("module.", 1)[-1]`,
-    `k.lstrip("module.")`, in loops or dict comprehensions, and misspelt prefixes (`"modules."`).
+    made in another method or a base trainer, a project function that returns a wrapper
+    (`model = build_model(args)`, also from another file), an object whose class wraps `self.model` in
+    `__init__` (`trainer.model.state_dict()`), and an element of a list of wrappers. Also checks for
+    the `module.` prefix stripped by hand: `k[7:]`, `k[len("module."):]`, `k.replace("module.", "")`
+    (or `str.replace(k, "module.", "")`), `k.split("module.", 1)[-1]`, `k.lstrip("module.")`,
+    `".".join(k.split(".")[1:])` over a checkpoint's keys, in loops or dict comprehensions, and
+    misspelt prefixes (`"modules."`).
     At runtime (`pytest --dplint`), `load_state_dict` whose keys differ from the model's only by the
     `module.` prefix is reported, also under `strict=False`, and so is a checkpoint whose keys all
     carry the prefix loaded into a model whose keys do not, even when they differ in more (a
@@ -79,7 +88,8 @@ class WrapperStateDictPrefix(Rule):
     ```
 
     ## Known problems
-    A wrapper passed in as an argument or returned by a function is not followed. A save whose
+    A wrapper passed in as an argument is not followed, nor one returned by a method or inside a
+    tuple. A save whose
     branch tells the cases apart (`hasattr(m, "module")`, `isinstance(m, ...)`, a branch reaching
     `m.module`, the other branch of the wrap's own condition) is taken as handled.
     """
@@ -95,7 +105,11 @@ class WrapperStateDictPrefix(Rule):
             return True
         if "state_dict" not in text or "save" not in text:
             return False
-        return _WRAP_CALL.search(text) is not None or any(project.attribute_wraps.get(name) for name in module_classes)
+        return (
+            _WRAP_CALL.search(text) is not None
+            or any(project.attribute_wraps.get(name) for name in module_classes)
+            or any(f"{name}(" in text for name in project.wrap_makers)
+        )
 
     VALID = [
         Valid(
@@ -141,6 +155,20 @@ class WrapperStateDictPrefix(Rule):
                 torch.save(model.state_dict(), "ckpt.pt")
             best = copy.deepcopy(model.state_dict())  # kept in memory, loaded back into the wrapper
             model.load_state_dict(best)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def build(args):
+                model = nn.DataParallel(Net())
+                return model.module if args.export else model
+
+            model = build(args)  # the function tells the cases apart: unknown, so silent
+            torch.save(model.state_dict(), "m.pt")
+            package = ".".join(name.split(".")[1:])  # a dotted module path, no checkpoint
             """
         ),
     ]
@@ -200,10 +228,34 @@ class WrapperStateDictPrefix(Rule):
             """,
             line=10,
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Trainer:
+                def __init__(self, model):
+                    self.model = nn.DataParallel(model).cuda()
+
+            trainer = Trainer(Net())
+            states = [trainer.model.state_dict(), trainer.optimizer.state_dict()]
+            torch.save(states, "ckpt.pt")
+            """,
+            line=9,
+        ),
+        Invalid(
+            """
+            import torch
+            checkpoint = torch.load("ckpt.pt", map_location="cpu")
+            state = {".".join(k.split(".")[1:]): v for k, v in checkpoint["state_dict"].items()}
+            """,
+            line=3,
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        if any(wrap_text in ctx.source for wrap_text in ("DataParallel", "DDP", "self.")):
+        makers = (f"{name}(" for name in ctx.project.wrap_makers)
+        if any(wrap_text in ctx.source for wrap_text in ("DataParallel", "DDP", "self.")) or any(m in ctx.source for m in makers):
             for points in scopes(ctx):
                 yield from self._saves(ctx, points)
         if _strips_by_hand(ctx.source):
@@ -236,11 +288,12 @@ class WrapperStateDictPrefix(Rule):
     def _report(ctx: FileContext, call: cst.Call, owner: str, sites: FrozenSet[WrapSite], statement) -> Report:
         wrapper, where, unconditional = describe(sites, ctx)
         saves = "saves" if unconditional else "may save"
-        message = f"`{owner}.state_dict()` {saves} `module.` keys ({wrapper} on {where})."
+        shown = ctx.short_code(call.func.value, 30) if owner.endswith("[]") else owner
+        message = f"`{shown}.state_dict()` {saves} `module.` keys ({wrapper} on {where})."
         return Report(
             node=call,
             message=message,
-            help=f'Save `getattr({owner}, "module", {owner}).state_dict()`, the plain model\'s keys.',
+            help=f'Save `getattr({shown}, "module", {shown}).state_dict()`, the plain model\'s keys.',
             statement=statement,
         )
 
@@ -275,7 +328,7 @@ class _StateDictCollector(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "state_dict":
-            owner = dotted(func.value)
+            owner = holder(func.value)
             if owner is not None and owner in self.wrapped and not any(owner in names for names in self.skipped):
                 self.found.append((node, owner))
 
@@ -344,6 +397,9 @@ def _strippings(ctx: FileContext, small: cst.CSTNode, context: str) -> Iterator[
             yield node, f"`{code}` also rewrites keys that contain `module.` further in (`submodule.`)."
         elif kind == "split":
             yield node, f"`{code}` also cuts keys at a `module.` further in (`submodule.`)."
+        elif kind == "first part":
+            if _STATE_DICT_KEYS.search(text) is not None:
+                yield node, f"`{code}` drops the first part of every key, with or without the `module.` prefix."
         elif kind == "lstrip":
             yield node, f"`{code}` strips the characters of `module.`, not the prefix (`module.mlp.w` → `p.w`)."
 
@@ -365,6 +421,16 @@ class _StrippingCollector(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if not (isinstance(func, cst.Attribute) and node.args):
+            return
+        if dotted(func) == "str.replace" and len(node.args) >= 3:
+            # `str.replace(k, "module.", "")`: the method called through the class.
+            prefix, new = _prefix_string(node.args[1].value), node.args[2].value
+            if prefix is not None and isinstance(new, cst.SimpleString) and new.evaluated_value == "":
+                self.found.append((node, "replace", prefix))
+            return
+        if func.attr.value == "join" and isinstance(func.value, cst.SimpleString) and func.value.evaluated_value == ".":
+            if len(node.args) == 1 and _drops_first_part(node.args[0].value):
+                self.found.append((node, "first part", None))
             return
         prefix = _prefix_string(node.args[0].value)
         if prefix is None:
@@ -398,3 +464,20 @@ class _StrippingCollector(cst.CSTVisitor):
             prefix = _prefix_string(lower.args[0].value)
             if prefix is not None:
                 self.found.append((node, "slice", prefix))
+
+
+def _drops_first_part(node: cst.BaseExpression) -> bool:
+    """`k.split(".")[1:]`."""
+    if not (isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Slice)):
+        return False
+    element, split = node.slice[0].slice, node.value
+    if element.upper is not None or element.step is not None or signed_integer_value(element.lower) != 1:
+        return False
+    return (
+        isinstance(split, cst.Call)
+        and isinstance(split.func, cst.Attribute)
+        and split.func.attr.value == "split"
+        and len(split.args) == 1
+        and isinstance(split.args[0].value, cst.SimpleString)
+        and split.args[0].value.evaluated_value == "."
+    )

@@ -192,3 +192,57 @@ def test_distributed_facts_are_cheap_to_skip_and_part_of_the_cache_key():
     assert ProjectFacts.build([data, stepped]).digest != ProjectFacts.build([data, unstepped]).digest
     assert ProjectFacts.build([data, stepped]).distributed.program_of("/project/data.py").sets_epoch
     assert ProjectFacts.build([FileFacts("lone", "/project/lone.py")]).distributed.program_of("/project/lone.py") is None
+
+
+# ----- which programs start a process group ---------------------------------------------------------
+
+SAVE_EVERY_EPOCH = """
+import torch
+from utils import collate
+
+def train(model, loader, epochs):
+    for epoch in range(epochs):
+        for x in loader:
+            model(x).sum().backward()
+        torch.save(model.state_dict(), "last.pt")
+
+if __name__ == "__main__":
+    train(build(), load(collate), 10)
+"""
+UTILS = """
+import torch.distributed as dist
+
+def collate(batch):
+    return batch
+
+def init_distributed_mode(args):
+    dist.init_process_group("nccl")
+"""
+
+
+def test_a_script_that_imports_a_module_for_something_else_is_not_a_distributed_program(tmp_path):
+    # pytorch-YOLOv4: the DataParallel script imports a collate function from a module whose
+    # `init_distributed_mode` only another script calls.
+    write(tmp_path, "utils.py", UTILS)
+    write(tmp_path, "train.py", SAVE_EVERY_EPOCH)
+    write(tmp_path, "train_ddp.py", "import utils\n\nif __name__ == '__main__':\n    utils.init_distributed_mode(None)\n")
+    assert codes(lint(tmp_path, select=("DPL505",))) == []
+    # The same script calling the setup is one.
+    write(tmp_path, "train.py", SAVE_EVERY_EPOCH.replace("from utils import collate", "from utils import collate, init_distributed_mode").replace(
+        "    train(build()", "    init_distributed_mode(None)\n    train(build()"))
+    assert codes(lint(tmp_path, select=("DPL505",))) == [("train.py", 9, "DPL505")]
+
+
+def test_a_function_handed_to_spawn_by_name_makes_the_script_distributed(tmp_path):
+    # diffwave: `from learner import train_distributed` then `spawn(train_distributed, ...)`.
+    write(tmp_path, "learner.py", "import torch, torch.distributed as dist\n\ndef train_distributed(rank, n):\n    dist.init_process_group('nccl', rank=rank, world_size=n)\n    for epoch in range(3):\n        torch.save({}, 'weights.pt')\n")
+    write(tmp_path, "main.py", "from torch.multiprocessing import spawn\nfrom learner import train_distributed\n\nif __name__ == '__main__':\n    spawn(train_distributed, args=(2,), nprocs=2)\n")
+    assert codes(lint(tmp_path, select=("DPL505",))) == [("learner.py", 6, "DPL505")]
+
+
+def test_a_test_runner_importing_every_test_does_not_join_them_into_one_program(tmp_path):
+    # MONAI: one test starts a group when run; a runner imports every test and starts none itself.
+    write(tmp_path, "tests/test_ddp.py", "import torch.distributed as dist\n\ndef test_group():\n    dist.init_process_group('gloo')\n\nif __name__ == '__main__':\n    test_group()\n")
+    write(tmp_path, "tests/test_single.py", SAVE_EVERY_EPOCH.replace("from utils import collate\n", "collate = None\n"))
+    write(tmp_path, "tests/runner.py", "import unittest\nimport test_ddp, test_single\n\nif __name__ == '__main__':\n    unittest.main()\n")
+    assert codes(lint(tmp_path, select=("DPL505",))) == []

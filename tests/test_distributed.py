@@ -324,6 +324,7 @@ def test_dplint_run_on_the_ddp_fixture_confirms_its_static_findings_and_the_fixe
         ("replay.py:11:", "DPL503"),
         ("engine.py:25:", "DPL504"),
         ("train.py:68:", "DPL505"),
+        ("engine.py:13:", "DPL508"),  # `torch.device("cuda")` without set_device: GPU 0 on every rank
     ]
     confirmed = {("data.py", 25, "DPL513"), ("replay.py", 11, "DPL503"), ("engine.py", 25, "DPL504"), ("train.py", 68, "DPL505")}
     assert confirmed <= static_findings(FIXTURES / "ddp_project")
@@ -341,6 +342,7 @@ def test_dplint_run_on_the_ddp_fixture_confirms_its_static_findings_and_the_fixe
         (["--nnodes", "2", "x.py"], "only one node"),
         (["--checks", "samplers,telepathy", "x.py"], "unknown checks telepathy"),
         (["--checks", "", "x.py"], "--checks names no check"),
+        (["--gpus-per-node", "-1", "x.py"], "--gpus-per-node must be 0 or more"),
     ],
 )
 def test_dplint_run_usage_errors(arguments: List[str], message: str, capsys: pytest.CaptureFixture) -> None:
@@ -472,12 +474,12 @@ def test_without_torch_dplint_run_and_pytest_dplint_name_the_extra(tmp_path: Pat
 
 
 # never clean when the ranks did not run ---------------------------------------------------------
-def test_a_script_that_spawns_one_process_per_gpu_starts_none_on_cpu_and_is_not_clean(
+def test_without_emulated_gpus_a_script_that_spawns_one_process_per_gpu_starts_none_and_is_not_clean(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     monkeypatch.chdir(tmp_path)
     script = PROGRAMS / "spawn_workers.py"
-    assert run_main(["--timeout", str(TIMEOUT), str(script)]) == 2
+    assert run_main(["--timeout", str(TIMEOUT), "--gpus-per-node", "0", str(script)]) == 2
     err = capsys.readouterr().err
     assert err == (
         f"dplint run: 0 of 2 ranks joined a process group: mp.spawn(main_worker, nprocs=0) at {line_in(script, 'mp.spawn(')} started no process "
@@ -584,3 +586,94 @@ def test_marked_tests_may_start_dataloader_workers_and_a_spawn_that_starts_nothi
         "*2 of 2 ranks joined a process group: mp.spawn(worker, nprocs=0) at test_children.py:15 started no process "
         "(torch.cuda.device_count() is 0: dplint hides CUDA)*"
     ])  # fmt: skip
+
+
+# GPUs emulated on the CPU ranks -------------------------------------------------------------------
+GPU_SCRIPTS = ["imagenet_gpus.py", "torchrun_tutorial.py", "accelerator_style.py"]
+
+
+@pytest.mark.parametrize("name", GPU_SCRIPTS)
+def test_gpu_scripts_run_unmodified_to_the_end_on_emulated_gpus(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # set_device, .cuda(i)/.to(i)/device=, pin_memory, DDP device_ids, SyncBatchNorm-free DDP, mp.spawn over device_count().
+    monkeypatch.chdir(tmp_path)
+    assert run_main(["--timeout", str(TIMEOUT), str(PROGRAMS / name)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "dplint run: 2 ranks finished; no distributed pitfalls found\n"
+
+
+def test_a_nanogpt_style_script_runs_with_autocast_and_a_grad_scaler_and_says_each_emulation_once(tmp_path: Path) -> None:
+    script = PROGRAMS / "nanogpt_style.py"
+    result = dplint_run(str(script), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if line.startswith("dplint: ")]
+    assert notes == [
+        f"dplint: backend 'nccl' runs as 'gloo' on CPU ({line_in(script, 'init_process_group(backend')})",
+        "dplint: autocast('cuda') runs as CPU autocast in bfloat16",
+        "dplint: pin_memory leaves tensors in pageable memory: a CPU build of torch cannot pin",
+    ]
+    assert result.stderr.endswith("dplint run: 2 ranks finished; no distributed pitfalls found\n")
+
+
+def test_every_rank_on_gpu_zero_is_found_where_it_selects_the_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # An argparse --local_rank that torchrun never passes: every rank keeps its default, 0.
+    monkeypatch.chdir(tmp_path)
+    script = PROGRAMS / "torchrun_tutorial.py"
+    assert run_main(["--timeout", str(TIMEOUT), str(script), "--legacy-local-rank"]) == 1
+    assert capsys.readouterr().out == (
+        f"{line_in(script, 'torch.cuda.set_device(local_rank)')}: DPL508 ranks 0 and 1 all select cuda:0: "
+        "they share one GPU; give each rank cuda:LOCAL_RANK [ranks 0, 1]\n"
+    )
+
+
+def test_every_rank_resuming_onto_gpu_zero_is_found_at_its_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = PROGRAMS / "imagenet_gpus.py"
+    assert run_main(["--timeout", str(TIMEOUT), str(script), "--epochs", "1", "--save", "first.pt"]) == 0
+    assert run_main(["--timeout", str(TIMEOUT), str(script), "--epochs", "1", "--resume", "first.pt"]) == 0
+    capsys.readouterr()
+    assert run_main(["--timeout", str(TIMEOUT), str(script), "--epochs", "1", "--resume", "first.pt", "--resume-on", "gpu0"]) == 1
+    assert capsys.readouterr().out == (
+        f"{line_in(script, '# every rank onto GPU 0')}: DPL506 ranks 0 and 1 all load this checkpoint onto cuda:0: "
+        "map it to each rank's own GPU or the CPU [ranks 0, 1]\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "failing_line", "found"),
+    [
+        # The bare "cuda" without set_device is GPU 0 on every rank; DDP moves rank 1's batch to its device_ids, cuda:1.
+        ("nanogpt_style.py", ["--device", "cuda"], "logits, loss = model(X, Y)", ("model.to(device)", "put this model on")),
+        # The unwrapped model of rank 1 is on cuda:1; its evaluation batch on cuda:0.
+        ("accelerator_style.py", ["--eval-device", "cuda:0"], "ddp_model.module(batch)", ("batch = torch.randn", "put this tensor on")),
+    ],
+    ids=["model-on-gpu0-behind-ddp", "batch-on-gpu0"],
+)
+def test_tensors_of_two_gpus_meeting_raise_as_torch_does(
+    name: str, arguments: List[str], failing_line: str, found: Tuple[str, str],
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    script = PROGRAMS / name
+    assert run_main(["--timeout", str(TIMEOUT), str(script), *arguments]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == f"{line_in(script, found[0])}: DPL508 ranks 0 and 1 all {found[1]} cuda:0: " \
+        "they share one GPU; give each rank cuda:LOCAL_RANK [ranks 0, 1]\n"  # fmt: skip
+    assert captured.err.startswith(
+        f"dplint run: rank 1 failed at {line_in(script, failing_line)}: RuntimeError: Expected all tensors to be on the same "
+        "device, but found at least two devices, cuda:"
+    )
+
+
+def test_a_script_that_spawns_one_process_per_emulated_gpu_runs_them_with_the_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = PROGRAMS / "spawn_workers.py"
+    assert run_main(["--timeout", str(TIMEOUT), str(script), "--no-set-epoch", "--epochs", "2"]) == 1
+    assert capsys.readouterr().out.startswith(f"{line_in(script, '# train sampler')}: DPL501 ")

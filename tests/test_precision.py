@@ -1180,10 +1180,14 @@ def test_the_tensor_api_table_is_up_to_date_with_the_installed_torch():
     from pathlib import Path
 
     from dplint.analysis import tensor_api
-    from dplint.analysis.torch_stubs import tensor_api_module
+    from dplint.analysis.torch_stubs import torch_folder, tensor_api_module
 
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed: the table is read from its stubs")
+    installed = torch_folder()[1]
+    if installed != tensor_api.TORCH_VERSION:
+        # The table is generated from the torch CI pins; another torch may have other stubs.
+        pytest.skip(f"the table is generated from torch {tensor_api.TORCH_VERSION}; this is torch {installed}")
     expected = tensor_api_module()
     assert Path(tensor_api.__file__).read_text() == expected, "regenerate: python -m dplint.analysis.torch_stubs dplint/analysis/tensor_api.py"
 
@@ -1194,3 +1198,219 @@ def test_tensor_only_methods_are_tensor_methods_and_none_a_module_has():
 
     assert TENSOR_ONLY_METHODS <= tensor_api.TENSOR_METHODS
     assert not TENSOR_ONLY_METHODS & MODULE_METHODS
+
+
+# ----- issue 19: wraps however they are written, DDP for DPL104 ------------------------------------------
+
+WRAP_FORMS_CASES = {
+    "DPL103: a returned wrap is checked as an assigned one": (
+        """
+        import torch.nn as nn
+        def build(model):
+            return nn.DataParallel(model.cuda(1), device_ids=[0, 1])
+        """,
+        [(3, "DPL103")],
+    ),
+    "DPL103: passed on, in a conditional expression, in a comprehension": (
+        """
+        import torch.nn as nn
+        run(nn.DataParallel(model.cuda(1), device_ids=[0, 1]))
+        m = nn.DataParallel(model.cuda(1), device_ids=[0, 1]) if multi else model
+        ms = [nn.DataParallel(x.cuda(1), device_ids=[0, 1]) for x in models]
+        """,
+        [(2, "DPL103"), (3, "DPL103"), (4, "DPL103")],
+    ),
+    "DPL103: a comprehension's variable is not the scope's name of the same spelling": (
+        """
+        import torch.nn as nn
+        net = Net().cuda(1)
+        nets = [nn.DataParallel(net, device_ids=[0, 1]) for net in backbones]
+        """,
+        [],
+    ),
+    "DPL302/303: a function of the file that returns a wrapper makes its call sites hold one": (
+        """
+        import torch
+        import torch.nn as nn
+        def build(args):
+            model = Net()
+            if args.ngpu > 1:
+                model = nn.DataParallel(model)
+            return model
+        model = build(args)
+        model.fc
+        torch.save(model.state_dict(), "m.pt")
+        """,
+        [(9, "DPL302"), (10, "DPL303")],
+    ),
+    "DPL302: a function that unwraps before returning returns the plain model": (
+        """
+        import torch.nn as nn
+        def build(args):
+            model = nn.DataParallel(Net())
+            return model.module if hasattr(model, "module") else model
+        def load(args):
+            model = nn.DataParallel(Net())
+            model = model.module
+            return model
+        build(args).fc
+        load(args).fc
+        m = load(args)
+        m.fc
+        """,
+        [],
+    ),
+    "DPL302: `net = net.eval()` keeps the wrapper": (
+        """
+        import torch.nn as nn
+        net = nn.DataParallel(Net())
+        net = net.eval()
+        net.fc
+        """,
+        [(4, "DPL302")],
+    ),
+    "DPL302/303: an instance whose __init__ wraps self.model": (
+        """
+        import torch
+        import torch.nn as nn
+        class Trainer:
+            def __init__(self, model):
+                self.model = nn.DataParallel(model)
+        trainer = Trainer(Net())
+        print(trainer.model.fc)
+        torch.save(trainer.model.state_dict(), "x.pt")
+        """,
+        [(7, "DPL302"), (8, "DPL303")],
+    ),
+    "DPL302: a wrap made in another method is not assumed from outside": (
+        """
+        import torch.nn as nn
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+            def parallelize(self):
+                self.model = nn.DataParallel(self.model)
+        trainer = Trainer(Net())
+        trainer.model.fc
+        """,
+        [],
+    ),
+    "DPL302: an element of a container of wrappers, by index or in a loop": (
+        """
+        import torch.nn as nn
+        class Heads:
+            def __init__(self, heads):
+                self.heads = [nn.DataParallel(h) for h in heads]
+            def weight(self, i):
+                return self.heads[i].weight
+            def biases(self):
+                return [head.bias for head in self.heads]
+        """,
+        [(6, "DPL302")],
+    ),
+    "DPL302: a container with a plain element is not a container of wrappers": (
+        """
+        import torch.nn as nn
+        heads = [nn.DataParallel(a), b]
+        heads[1].weight
+        for head in heads:
+            head.bias
+        """,
+        [],
+    ),
+    "DPL302: a helper that wraps in DDP under its own test, called where no process group starts": (
+        """
+        import torch
+        def select_device(model):
+            if torch.distributed.is_initialized():
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            return model
+        model = select_device(model)
+        model.extract_embedding(x)
+        """,
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", WRAP_FORMS_CASES.values(), ids=WRAP_FORMS_CASES.keys())
+def test_wraps_however_written(source, expected):
+    assert findings(source, ["DPL103", "DPL302", "DPL303"]) == expected
+
+
+DDP_FORWARD_CASES = {
+    "DPL104 under DDP; the DataParallel rules stay silent": (
+        """
+        import torch
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        class Net(nn.Module):
+            def forward(self, x):
+                self.calls += 1
+                y = x.transpose(0, 1) * torch.ones(1, device="cuda:0")
+                return y.sum()
+        model = DDP(Net().cuda(rank), device_ids=[rank])
+        """,
+        [(7, "DPL104")],
+    ),
+    "DDP: the current device and the input's device are each rank's own": (
+        """
+        import torch
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                return x * torch.ones(1, device=x.device) + torch.zeros(1).cuda()
+        model = nn.parallel.DistributedDataParallel(Net().cuda(rank), device_ids=[rank])
+        """,
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", DDP_FORWARD_CASES.values(), ids=DDP_FORWARD_CASES.keys())
+def test_wrapped_forward_under_ddp(source, expected):
+    assert findings(source, ["DPL104", "DPL301", "DPL304", "DPL305"]) == expected
+
+
+STRIPPING_FORMS_CASES = {
+    "the unbound `str.replace` and the first dotted part dropped, over a state dict's keys": (
+        """
+        import torch
+        checkpoint = torch.load("ckpt.pt")
+        a = {str.replace(k, "module.", ""): v for k, v in checkpoint["state_dict"].items()}
+        b = {".".join(k.split(".")[1:]): v for k, v in checkpoint["state_dict"].items()}
+        """,
+        [(3, "DPL303"), (4, "DPL303")],
+    ),
+    "dropping the first part of a dotted module path, or of a model's own keys, is no prefix stripping": (
+        """
+        import torch
+        package = ".".join(name.split(".")[1:])
+        names = {".".join(k.split(".")[1:]) for k in config.keys()}
+        def transfer(model, weights):  # pytorch-openpose: the model's `model0.` keys matched to converted weights
+            return {name: weights[".".join(name.split(".")[1:])] for name in model.state_dict().keys()}
+        """,
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", STRIPPING_FORMS_CASES.values(), ids=STRIPPING_FORMS_CASES.keys())
+def test_prefix_stripping_forms(source, expected):
+    assert findings(source, ["DPL303"]) == expected
+
+
+def test_batch_moved_in_a_helper_on_one_branch():
+    source = """
+    import torch.nn as nn
+    class Net(nn.Module):
+        def to_sequence(self, x):
+            if self.flat:
+                b, c, h, w = x.size()
+                return x.view(b, c * h, w).permute(2, 0, 1)
+            return x.mean(2)
+        def forward(self, images):
+            return self.to_sequence(images)
+    model = nn.DataParallel(Net())
+    """
+    assert findings(source, ["DPL301"]) == [(6, "DPL301")]

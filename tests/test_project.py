@@ -165,3 +165,23 @@ def test_pre_commit_with_only_the_model_file_staged(project, tmp_path_factory):
         pytest.skip(f"pre-commit could not build the hook's environment here: {(hook.stdout + hook.stderr)[-600:]}")
     assert hook.returncode == 1, hook.stdout + hook.stderr
     assert "models/crnn.py:54:16: DPL301" in hook.stdout and "train.py:4" in hook.stdout
+
+
+def test_a_wrapper_returned_or_held_by_an_object_of_another_file_is_followed(tmp_path):
+    write(tmp_path, "pyproject.toml", "[project]\nname = 'reid'\n")
+    write(
+        tmp_path,
+        "engine/parallel.py",
+        "import torch.nn as nn\n\n\ndef build(net):\n    return nn.DataParallel(net).cuda()\n\n\n"
+        "class Trainer:\n    def __init__(self, net):\n        self.net = nn.DataParallel(net)\n",
+    )
+    write(tmp_path, "engine/__init__.py", "")
+    write(
+        tmp_path,
+        "train.py",
+        "import torch\nfrom engine.parallel import Trainer, build\n\n"
+        "model = build(Net())\nmodel.fc\ntrainer = Trainer(Net())\ntorch.save({'state_dict': trainer.net.state_dict()}, 'a.pt')\n",
+    )
+    result = dplint("--no-cache", "--select", "DPL302,DPL303", "train.py", cwd=tmp_path)
+    assert codes(result) == ["train.py:5:1 DPL302", "train.py:7:27 DPL303"]
+    assert "(`build()`, engine/parallel.py:5)" in result.stdout

@@ -9,6 +9,7 @@ the facts are merged into one `ProjectFacts` that the rules of the second pass c
 from __future__ import annotations
 
 import ast
+import builtins
 import hashlib
 import os
 import re
@@ -45,12 +46,19 @@ DATA_PARALLEL = frozenset(
 )
 # `data_parallel(module, inputs, device_ids, output_device, dim=0)`: one wrapped call, scattered and gathered alike.
 FUNCTIONAL_DATA_PARALLEL = frozenset({"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"})
+DISTRIBUTED_DATA_PARALLEL = frozenset(
+    {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"}
+)
 # Methods that return the module they are called on, so `DataParallel(Net().cuda())` still wraps a Net.
 MODULE_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval"})
 
 # Searched in "\n" + text, like the patterns below that open with a newline: the regex engine jumps between lines.
 _IMPORT_LINE = re.compile(
     r"\n(?:import[ \t]+(?P<names>[\w. \t,]+)|from[ \t]+(?P<dots>\.*)(?P<module>[\w.]*)[ \t]+import[ \t]+\(?(?P<imported>[\w. \t,]*))"
+)
+# The same, indented: imports inside a function (`def main(): from pkg import distrib`).
+_INDENTED_IMPORT_LINE = re.compile(
+    r"\n[ \t]+(?:import[ \t]+(?P<names>[\w. \t,]+)|from[ \t]+(?P<dots>\.*)(?P<module>[\w.]*)[ \t]+import[ \t]+\(?(?P<imported>[\w. \t,]*))"
 )
 
 
@@ -60,7 +68,9 @@ def is_torch_module(name: str) -> bool:
 
 @dataclass(frozen=True)
 class Wrap:
-    """`nn.DataParallel(ClassName(...), dim=dim)` at path:line (dim None when not a literal)."""
+    """`nn.DataParallel(ClassName(...), dim=dim)` at path:line (dim None when not a literal), or a
+    `DistributedDataParallel(ClassName(...))` (`distributed`: its `forward` runs once per rank, on the
+    rank's own GPU, and nothing is scattered or gathered)."""
 
     class_name: str
     dim: Optional[int]
@@ -73,6 +83,7 @@ class Wrap:
     # The project file that defines the wrapped class, found by `ProjectFacts.build` the way Python
     # would import it; None when that is unknown.
     defined_in: Optional[str] = None
+    distributed: bool = False
 
     def can_mean(self, module_name: str, filename: str) -> bool:
         """Whether the wrapped class can be the one of that name defined in `filename`.
@@ -92,6 +103,19 @@ class AttributeWrap:
 
     class_name: str
     attribute: str
+    wrapper: str
+    path: str
+    line: int
+    conditions: Tuple[Tuple[str, bool], ...] = ()
+    method: str = ""
+
+
+@dataclass(frozen=True)
+class ReturnedWrap:
+    """A top-level `def function(...)` that returns a DataParallel/DDP wrapper (on some path): the
+    wrap at path:line, under the branch conditions that lead there."""
+
+    function: str
     wrapper: str
     path: str
     line: int
@@ -117,6 +141,7 @@ class FileFacts:
     tensor_values: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
     distributed: Optional["DistributedFileFacts"] = None
     attribute_wraps: Tuple[AttributeWrap, ...] = ()
+    returned_wraps: Tuple[ReturnedWrap, ...] = ()
 
     @property
     def imports_torch_directly(self) -> bool:
@@ -162,10 +187,11 @@ def absolute_module(package: str, level: int, module: str) -> str:
     return ".".join(p for p in (*parts, module) if p)
 
 
-def scan_imports(text: str, package: str) -> Tuple[str, ...]:
-    """Modules imported by unindented (module-level) import statements."""
+def scan_imports(text: str, package: str, pattern: "re.Pattern[str]" = _IMPORT_LINE, submodules: bool = False) -> Tuple[str, ...]:
+    """Modules imported by unindented (module-level) import statements (by `pattern`); with `submodules`,
+    `from pkg import name` also names `pkg.name`, in case it is a module."""
     found: List[str] = []
-    for match in _IMPORT_LINE.finditer("\n" + text):
+    for match in pattern.finditer("\n" + text):
         if match.group("names") is not None:
             for item in match.group("names").split(","):
                 words = item.split()
@@ -175,7 +201,7 @@ def scan_imports(text: str, package: str) -> Tuple[str, ...]:
         base = absolute_module(package, len(match.group("dots")), match.group("module"))
         if base:
             found.append(base)
-        if match.group("dots") or not match.group("module"):
+        if match.group("dots") or not match.group("module") or submodules:
             # `from . import crnn` imports the submodule `pkg.crnn`.
             for item in match.group("imported").split(","):
                 words = item.split()
@@ -189,6 +215,9 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
     imports = scan_imports(text, package)
     tensor_values = scan_tensor_values(text, module_name, package)
     distributed = scan_distributed(text)
+    if distributed is not None and (distributed.entry or distributed.run_calls):
+        # A script's own imports made inside its functions belong to its program too.
+        distributed = replace(distributed, lazy_imports=scan_imports(text, package, _INDENTED_IMPORT_LINE, submodules=True))
     # Classes are read wherever one may subclass a base trainer that wraps `self.<attr>` (`class X(Base):`).
     if "DataParallel" not in text and "data_parallel" not in text and "def forward" not in text and not _SUBCLASS.search(text):
         return FileFacts(module_name, filename, imports, tensor_values=tensor_values, distributed=distributed)
@@ -203,9 +232,12 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
     try:
         visitor.visit(tree)
         attribute_wraps = scan_attribute_wraps(tree, text, visitor.qualify, path)
+        returned_wraps = scan_returned_wraps(tree, text, visitor.qualify, path)
     except RecursionError:  # the file's own check reports it as DPL000 "too deeply nested"
         return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values, distributed=distributed)
-    return FileFacts(module_name, filename, imports, classes, tuple(visitor.wraps), tensor_values, distributed, attribute_wraps)
+    return FileFacts(
+        module_name, filename, imports, classes, tuple(visitor.wraps), tensor_values, distributed, attribute_wraps, returned_wraps
+    )
 
 # A wrap is a call of `DataParallel`/`data_parallel` (or `DistributedDataParallel`), by name or by an
 # alias that an import gives it: without one of these, a file that names them (in docs) has no wrap.
@@ -475,8 +507,10 @@ class _WrapVisitor(ast.NodeVisitor):
         self.generic_visit(node)
         # Resolved at the end of the scope, so a wrap may name a model assigned after it.
         for call in self.scopes[-1][1]:
+            distributed = self.qualify(call.func) in DISTRIBUTED_DATA_PARALLEL
             for class_name, module in self._wrapped_classes(call.args[0], depth=0):
-                self.wraps.append(Wrap(class_name, self._dim(call), self.path, call.lineno, module, self.filename))
+                dim = None if distributed else self._dim(call)
+                self.wraps.append(Wrap(class_name, dim, self.path, call.lineno, module, self.filename, distributed=distributed))
         self.scopes.pop()
 
     visit_Module = visit_FunctionDef = visit_AsyncFunctionDef = _visit_scope
@@ -487,7 +521,7 @@ class _WrapVisitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
-        if node.args and self.qualify(node.func) in DATA_PARALLEL | FUNCTIONAL_DATA_PARALLEL:
+        if node.args and self.qualify(node.func) in DATA_PARALLEL | FUNCTIONAL_DATA_PARALLEL | DISTRIBUTED_DATA_PARALLEL:
             self.scopes[-1][1].append(node)
         self.generic_visit(node)
 
@@ -534,45 +568,116 @@ ATTRIBUTE_WRAPPERS = {
 }
 
 
+def _ast_wrapper_of(value: ast.AST, qualify) -> Optional[str]:
+    """The wrapper class `value` builds (through `.cuda()`, `.to(device)` chained on it), else None."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in MODULE_RETURNING_METHODS:
+        value = value.func.value
+    return ATTRIBUTE_WRAPPERS.get(qualify(value.func) or "") if isinstance(value, ast.Call) else None
+
+
+def _ast_wrap_in(value: ast.AST, qualify) -> Optional[Tuple[str, tuple]]:
+    """The wrapper `value` builds, and the conditional-expression tests that lead to it
+    (`DataParallel(net) if ngpu > 1 else net`), else None."""
+    if isinstance(value, ast.IfExp):
+        for branch, holds in ((value.body, True), (value.orelse, False)):
+            found = _ast_wrap_in(branch, qualify)
+            if found is not None:
+                return found[0], ((value.test, holds), *found[1])
+        return None
+    wrapper = _ast_wrapper_of(value, qualify)
+    return (wrapper, ()) if wrapper is not None else None
+
+
+def _walk_conditions(statements, conditions, visit) -> None:
+    """`visit(statement, conditions)` for each simple statement of a body, with the branch tests that lead there."""
+    for statement in statements:
+        if isinstance(statement, ast.If):
+            _walk_conditions(statement.body, (*conditions, (statement.test, True)), visit)
+            _walk_conditions(statement.orelse, (*conditions, (statement.test, False)), visit)
+        elif isinstance(statement, (ast.For, ast.While, ast.With, ast.Try)):
+            for block in (statement.body, getattr(statement, "orelse", []), getattr(statement, "finalbody", [])):
+                _walk_conditions(block, conditions, visit)
+            for handler in getattr(statement, "handlers", []):
+                _walk_conditions(handler.body, conditions, visit)
+        elif not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            visit(statement, conditions)
+
+
+def _condition_texts(text: str, conditions) -> Tuple[Tuple[str, bool], ...]:
+    # The test's text only where a wrap needs it: get_source_segment splits the whole file.
+    return tuple((" ".join((ast.get_source_segment(text, test) or "").split()), holds) for test, holds in conditions)
+
+
 def scan_attribute_wraps(tree: ast.AST, text: str, qualify, path: str) -> Tuple[AttributeWrap, ...]:
     """`self.model = DataParallel(self.model)` in the methods of each class: a base trainer's wrap,
     which its subclasses (possibly in other files) inherit."""
     found: List[AttributeWrap] = []
-
-    def wrapper_of(value: ast.AST) -> Optional[str]:
-        while (
-            isinstance(value, ast.Call)
-            and isinstance(value.func, ast.Attribute)
-            and value.func.attr in MODULE_RETURNING_METHODS
-        ):
-            value = value.func.value
-        return ATTRIBUTE_WRAPPERS.get(qualify(value.func) or "") if isinstance(value, ast.Call) else None
-
-    def walk(statements, class_name: str, self_name: str, conditions) -> None:
-        for statement in statements:
-            if isinstance(statement, ast.Assign):
-                wrapper = wrapper_of(statement.value)
-                for target in statement.targets if wrapper else ():
-                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == self_name:
-                        texts = tuple((" ".join((ast.get_source_segment(text, test) or "").split()), holds) for test, holds in conditions)
-                        found.append(AttributeWrap(class_name, target.attr, wrapper, path, statement.lineno, texts))
-            elif isinstance(statement, ast.If):
-                # The test's text only where a wrap needs it: get_source_segment splits the whole file.
-                walk(statement.body, class_name, self_name, (*conditions, (statement.test, True)))
-                walk(statement.orelse, class_name, self_name, (*conditions, (statement.test, False)))
-            elif isinstance(statement, (ast.For, ast.While, ast.With, ast.Try)):
-                for block in (statement.body, getattr(statement, "orelse", []), getattr(statement, "finalbody", [])):
-                    walk(block, class_name, self_name, conditions)
-                for handler in getattr(statement, "handlers", []):
-                    walk(handler.body, class_name, self_name, conditions)
-
     for node in ast.walk(tree):
         if not isinstance(node, ast.ClassDef):
             continue
         for method in node.body:
-            if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.args.args:
-                walk(method.body, node.name, method.args.args[0].arg, ())
+            if not (isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.args.args):
+                continue
+            self_name = method.args.args[0].arg
+
+            def visit(statement, conditions, class_name=node.name, self_name=self_name, method_name=method.name) -> None:
+                wrap = _ast_wrap_in(statement.value, qualify) if isinstance(statement, ast.Assign) else None
+                for target in statement.targets if wrap else ():
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == self_name:
+                        tests = _condition_texts(text, (*conditions, *wrap[1]))
+                        found.append(AttributeWrap(class_name, target.attr, wrap[0], path, statement.lineno, tests, method_name))
+
+            _walk_conditions(method.body, (), visit)
     return tuple(found)
+
+
+def scan_returned_wraps(tree: ast.Module, text: str, qualify, path: str) -> Tuple[ReturnedWrap, ...]:
+    """Top-level functions that return a wrapper: `return nn.DataParallel(model)`, or a name wrapped
+    on some path and returned (`if ngpu > 1: model = DataParallel(model)` ... `return model`). A function
+    that looks at the name's `.module` (or tests it with `hasattr`/`isinstance`/`getattr`) handles
+    both cases, and is left out."""
+    found: List[ReturnedWrap] = []
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        wraps: Dict[str, Tuple[str, int, tuple]] = {}  # name → (wrapper, line, conditions) of its first wrap
+        returns: List[Tuple[ast.Return, tuple]] = []
+
+        def visit(statement, conditions) -> None:
+            if isinstance(statement, ast.Return) and statement.value is not None:
+                returns.append((statement, conditions))
+            elif isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+                wrapper = _ast_wrapper_of(statement.value, qualify)
+                if wrapper is not None:
+                    wraps.setdefault(statement.targets[0].id, (wrapper, statement.lineno, conditions))
+
+        _walk_conditions(function.body, (), visit)
+        handled = _names_told_apart(function)
+        for statement, conditions in returns:
+            value = statement.value
+            wrap = _ast_wrap_in(value, qualify)
+            if wrap is not None:
+                found.append(ReturnedWrap(function.name, wrap[0], path, value.lineno, _condition_texts(text, (*conditions, *wrap[1]))))
+                break
+            while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in MODULE_RETURNING_METHODS:
+                value = value.func.value  # `return model.cuda()`: the same object
+            if isinstance(value, ast.Name) and value.id in wraps and value.id not in handled:
+                wrapper, line, wrapped_under = wraps[value.id]
+                found.append(ReturnedWrap(function.name, wrapper, path, line, _condition_texts(text, wrapped_under)))
+                break
+    return tuple(found)
+
+
+def _names_told_apart(function: ast.FunctionDef) -> Set[str]:
+    """Names whose wrapped and plain cases the function tells apart: `m.module`, `hasattr(m, ...)`."""
+    names: Set[str] = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Attribute) and node.attr == "module" and isinstance(node.value, ast.Name):
+            names.add(node.value.id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "isinstance", "getattr"):
+            if node.args and isinstance(node.args[0], ast.Name):
+                names.add(node.args[0].id)
+    return names
 
 
 class ProjectFacts:
@@ -590,13 +695,17 @@ class ProjectFacts:
             for info in facts.classes:
                 classes.setdefault(info.name, []).append(info)
         wrapped: Dict[str, List[Wrap]] = {}
+        distributed: Dict[str, List[Wrap]] = {}
         for facts in files:
             for wrap in facts.wraps:
                 resolved = replace(wrap, defined_in=self._defining_file(wrap))
                 for owner in _forward_owners(wrap.class_name, classes):
-                    wrapped.setdefault(owner, []).append(resolved)
+                    (distributed if wrap.distributed else wrapped).setdefault(owner, []).append(resolved)
         # Class whose `forward` runs under DataParallel → the wraps that run it.
         self.wrapped: Mapping[str, Tuple[Wrap, ...]] = {name: tuple(wraps) for name, wraps in sorted(wrapped.items())}
+        # The same for DistributedDataParallel, kept apart: the DataParallel rules (scatter, gather,
+        # replicas) say nothing about it.
+        self.distributed_wrapped: Mapping[str, Tuple[Wrap, ...]] = {name: tuple(w) for name, w in sorted(distributed.items())}
         self._classes = classes
         self._imports_torch: Dict[str, bool] = {}
 
@@ -671,6 +780,22 @@ class ProjectFacts:
     @cached_property
     def _tensor_values_by_last_name(self) -> Mapping[str, Tuple[str, ...]]:
         return _by_last_name(self.tensor_values)
+
+    @cached_property
+    def wrap_makers(self) -> FrozenSet[str]:
+        """Names whose call makes a wrapper: functions that return one, classes that wrap `self.<attr>`
+        in `__init__` (a file that calls none of them and wraps nothing has no wrapper to check)."""
+        functions = {wrap.function for facts in self.files.values() for wrap in facts.returned_wraps}
+        classes = {name for name, wraps in self.attribute_wraps.items() if any(wrap.method == "__init__" for wrap in wraps)}
+        return frozenset(functions | classes)
+
+    def returned_wrap(self, qualified: str, from_file: str) -> Optional[ReturnedWrap]:
+        """The wrapper returned by a call of the project function `qualified` (`utils.build_model`, or
+        a bare name for a function of `from_file` itself), None when it returns none or is unknown."""
+        module, _, function = qualified.rpartition(".")
+        filename = self.index.resolve(module, from_file) if module else from_file
+        facts = self.files.get(filename) if filename else None
+        return next((wrap for wrap in facts.returned_wraps if wrap.function == function), None) if facts else None
 
     def inherited_attribute_wraps(self, class_name: str) -> Dict[str, Tuple[AttributeWrap, ...]]:
         """`self.<attr>` wraps a method of `class_name` may see: attribute → wraps (own and inherited)."""
@@ -801,7 +926,7 @@ _SHARDS_EVALUATION = GuardedPattern(r"DistributedSampler\((?:[^()]|\([^()]*\))*\
 _USES_CUDA = GuardedPattern(r"\.cuda\(|[\"']cuda\b|nccl\b", ["cuda", "nccl"], one_line=True)
 _DISTRIBUTED_WORDS = (
     "istributed", "DDP", "FSDP", "fully_shard", "epoch", "LOCAL_RANK", "local_rank", "cuda", "set_device", "spawn",
-    "start_processes", "deepspeed",
+    "start_processes", "deepspeed", "__main__",
 )
 # Frameworks that build the sampler, call `set_epoch` and own the device placement themselves.
 TRAINER_FRAMEWORKS = frozenset({"pytorch_lightning", "lightning", "lightning_fabric", "accelerate"})
@@ -826,18 +951,38 @@ class DistributedFileFacts:
     # Top-level functions that return whether this process is a given rank (`def is_primary(): return
     # get_rank() == 0`): a test on their result runs on some ranks only.
     rank_predicates: Tuple[str, ...] = ()
+    # A script: `if __name__ == "__main__":`.
+    entry: bool = False
+    # The file's own code starts a process group or wraps a model in DDP/FSDP when it runs: at module
+    # level, under its `__main__` guard, or in a function of the file called from there.
+    starts_on_run: bool = False
+    # Its top-level functions and classes that start a group or wrap a model when called (`setup()`).
+    starter_names: Tuple[str, ...] = ()
+    # For a script: the names it calls (`setup(`, `trainer.fit(`) or imports by name, to match other
+    # files' starters.
+    run_calls: Tuple[str, ...] = ()
+    # For a script: the modules its functions import when they run.
+    lazy_imports: Tuple[str, ...] = ()
 
 
 def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
     if not any(word in text for word in _DISTRIBUTED_WORDS):
         return None
     reads_argument, other_source = _local_rank_uses(text)
+    starts = _STARTS_PROCESS_GROUP.search(text) is not None
+    wraps = _WRAPS_DISTRIBUTED.search(text) is not None
+    starts_on_run, starters = _group_starts(text) if starts or wraps else (False, ())
+    entry = _MAIN_GUARD.search(text) is not None
     facts = DistributedFileFacts(
         reads_local_rank_argument=reads_argument,
         other_local_rank_source=other_source,
         rank_predicates=_rank_predicates(text),
-        starts_process_group=_STARTS_PROCESS_GROUP.search(text) is not None,
-        wraps_model=_WRAPS_DISTRIBUTED.search(text) is not None,
+        starts_process_group=starts,
+        wraps_model=wraps,
+        entry=entry,
+        starts_on_run=starts_on_run,
+        starter_names=starters,
+        run_calls=_run_calls(text) if entry or _MODULE_LEVEL_CALL.search(text) else (),
         sets_epoch=_SETS_EPOCH.search(text) is not None,
         epoch_loop=_EPOCH_LOOP.search(text) is not None,
         selects_device=_SELECTS_DEVICE.search(text) is not None,
@@ -848,13 +993,66 @@ def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
     return facts if facts != DistributedFileFacts() else None
 
 
-_RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank"})
+_MAIN_GUARD = re.compile(r"^if[ \t]+__name__[ \t]*==[ \t]*[\"']__main__[\"']", re.M)
+# A call statement at module level (`main()`, `utils.init_training(args)`): the file may be a script.
+_MODULE_LEVEL_CALL = re.compile(r"^[A-Za-z_][\w.]*[ \t]*\(", re.M)
+_CALLED_NAME = re.compile(r"(?<!def )(?<!class )\b([A-Za-z_]\w*)[ \t]*\(")
+_BUILTIN_NAMES = frozenset(dir(builtins))
+_GROUP_STARTS = frozenset({"init_process_group", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP", "fully_shard"})
+
+
+def _run_calls(text: str) -> Tuple[str, ...]:
+    """The names a script calls, and those it imports by name (`spawn(train_distributed, ...)` passes
+    the function it imported rather than calling it)."""
+    names = set(_CALLED_NAME.findall(text))
+    for pattern in (_IMPORT_LINE, _INDENTED_IMPORT_LINE):
+        for match in pattern.finditer("\n" + text):
+            for item in (match.group("imported") or "").split(","):
+                words = item.split()
+                if words:
+                    names.add(words[0])
+    return tuple(sorted(names - _BUILTIN_NAMES))
+
+
+def _group_starts(text: str) -> Tuple[bool, Tuple[str, ...]]:
+    """Whether the file's code, when it runs, starts a process group or wraps a model in DDP/FSDP (a
+    call, not a comment or a string), and which of its top-level functions and classes do when called.
+    Calls inside the file are followed by name: `main()` under the `__main__` guard calling `setup()`."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False, ()
+
+    def called(node: ast.AST) -> Set[str]:
+        names = set()
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Call):
+                func = inner.func
+                names.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+        return names
+
+    tops = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    calls = {name: called(node) for name, node in tops.items()}
+    reach = {name for name, names in calls.items() if names & _GROUP_STARTS}
+    changed = True
+    while changed:
+        grown = {name for name, names in calls.items() if name not in reach and names & reach}
+        reach |= grown
+        changed = bool(grown)
+    run = set().union(*(called(n) for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))))
+    return bool(run & (_GROUP_STARTS | reach)), tuple(sorted(reach))
+
+
+# `dist.get_rank()`, and Horovod's `hvd.rank()`/`hvd.local_rank()`.
+_RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank", "rank", "local_rank"})
 _PREDICATE_DEF = re.compile(r"^def[ \t]+\w+[ \t]*\([ \t]*\)", re.M)
 
 
 def _rank_predicates(text: str) -> Tuple[str, ...]:
-    """Argument-less top-level functions whose every `return` compares a rank with a constant:
-    `return get_rank() == 0`, `return dist.get_rank() == 0 if dist.is_initialized() else True`."""
+    """Argument-less top-level functions that tell whether this process is a given rank: every
+    `return` compares a rank with a constant (`return get_rank() == 0`, `return dist.get_rank() == 0 if
+    dist.is_initialized() else True`), or returns True or False where one of them stands under such a
+    test (`if dist.get_rank() == 0: return True` ... `return False`)."""
     if "rank" not in text or _PREDICATE_DEF.search(text) is None:
         return ()
     try:
@@ -868,6 +1066,10 @@ def _rank_predicates(text: str) -> Tuple[str, ...]:
         returns = [node.value for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
         if returns and all(_compares_rank(value) for value in returns):
             found.append(function.name)
+        elif returns and all(isinstance(value, ast.Constant) and isinstance(value.value, bool) for value in returns):
+            tests = [node.test for node in ast.walk(function) if isinstance(node, ast.If)]
+            if any(_compares_rank(test) for test in tests):
+                found.append(function.name)
     return tuple(found)
 
 
@@ -1001,21 +1203,48 @@ class DistributedProject:
 
 
 def distributed_project(files: Mapping[str, FileFacts], index: ModuleIndex) -> DistributedProject:
+    """The programs that start a process group: seeded by the files whose own run starts one (at module
+    level, or from their `__main__` guard through their own functions), and by the scripts that call a
+    function or class of a file they import (directly or through other project modules) that starts
+    one, and by a file nothing in the project imports whose functions start one (they are run from
+    outside: a console script, a launcher). A module the project imports for something else (a collate
+    function beside an `init_distributed_mode` no script of this program calls) starts nothing."""
+    if not any(f.distributed is not None and (f.distributed.starts_on_run or f.distributed.starter_names) for f in files.values()):
+        return DistributedProject()
+    imported_by, imports_of = _import_graph(files, index)
     seeds_by_folder: Dict[str, Set[str]] = {}
     for filename, facts in files.items():
-        if facts.distributed is not None and (facts.distributed.starts_process_group or facts.distributed.wraps_model):
+        own = facts.distributed
+        if own is not None and _seeds_a_program(filename, own, files, imported_by, imports_of):
             seeds_by_folder.setdefault(os.path.dirname(filename), set()).add(filename)
     if not seeds_by_folder:
         return DistributedProject()
-    imported_by, imports_of = _import_graph(files, index)
     programs: List[DistributedProgram] = []
     membership: Dict[str, List[int]] = {}
     for folder in sorted(seeds_by_folder):
-        members = _reachable(_reachable(seeds_by_folder[folder], imported_by), imports_of)
+        seeds = seeds_by_folder[folder]
+        # A module that starts the group when imported runs in every script that imports it; a script
+        # runs alone (a test runner importing every test file is not their program).
+        imported = {f for f in seeds if not (files[f].distributed and files[f].distributed.entry)}
+        members = _reachable(seeds | _reachable(imported, imported_by), imports_of)
         for filename in members:
             membership.setdefault(filename, []).append(len(programs))
         programs.append(DistributedProgram.merge(files[filename] for filename in members))
     return DistributedProject(tuple(programs), {filename: tuple(value) for filename, value in membership.items()})
+
+
+def _seeds_a_program(
+    filename: str, own: DistributedFileFacts, files: Mapping[str, FileFacts], imported_by: Mapping[str, Set[str]], imports_of: Mapping[str, Set[str]]
+) -> bool:
+    if own.starts_on_run:
+        return True
+    if own.starter_names and filename not in imported_by:
+        return True  # nothing in the project imports its functions: they run from outside (a console script)
+    if not (own.entry or (own.run_calls and filename not in imported_by)):
+        return False  # a module imported by others, not a script
+    closure = _reachable({filename}, imports_of)
+    starters = {name for member in closure if (found := files[member].distributed) is not None for name in found.starter_names}
+    return not starters.isdisjoint(own.run_calls)
 
 
 def _import_graph(files: Mapping[str, FileFacts], index: ModuleIndex) -> Tuple[Dict[str, Set[str]], Dict[str, Set[str]]]:
@@ -1023,7 +1252,8 @@ def _import_graph(files: Mapping[str, FileFacts], index: ModuleIndex) -> Tuple[D
     imported_by: Dict[str, Set[str]] = {}
     imports_of: Dict[str, Set[str]] = {}
     for filename, facts in files.items():
-        for imported in facts.imports:
+        lazy = facts.distributed.lazy_imports if facts.distributed is not None else ()
+        for imported in (*facts.imports, *lazy):
             if is_torch_module(imported):
                 continue
             for target in index.resolve_chain(imported, filename):

@@ -1,9 +1,9 @@
-"""What torch 2.14.1's type stubs say returns a tensor: generated, do not edit.
+"""What torch 2.13.0's type stubs say returns a tensor: generated, do not edit.
 
 Regenerate with `python -m dplint.analysis.torch_stubs dplint/analysis/tensor_api.py`.
 """
 
-TORCH_VERSION = "2.14.1"
+TORCH_VERSION = "2.13.0"
 
 # `torch.<name>(...)` is a tensor (every overload).
 TORCH_FUNCTIONS = frozenset(
@@ -15,12 +15,12 @@ TORCH_FUNCTIONS = frozenset(
     baddbmm bartlett_window batch_norm batch_norm_backward_elemt batch_norm_elemt bernoulli bilinear
     binary_cross_entropy_with_logits bincount binomial bitwise_and bitwise_left_shift bitwise_not bitwise_or
     bitwise_right_shift bitwise_xor blackman_window bmm broadcast_to bucketize cartesian_prod cat
-    ccol_indices_copy ceil ceil_ celu celu_ channel_shuffle cholesky_inverse cholesky_solve clamp clamp_
-    clamp_max clamp_max_ clamp_min clamp_min_ clip clip_ clone col_indices_copy column_stack combinations
-    complex concat concatenate conj conj_physical conj_physical_ constant_pad_nd conv1d conv2d conv3d
-    conv_tbc conv_transpose1d conv_transpose2d conv_transpose3d convolution copysign corrcoef cos cos_ cosh
-    cosh_ cosine_embedding_loss cosine_similarity count_nonzero cov cross crow_indices_copy ctc_loss
-    cudnn_affine_grid_generator cudnn_convolution cudnn_convolution_add_relu cudnn_convolution_relu
+    ccol_indices_copy ceil ceil_ celu celu_ channel_shuffle cholesky cholesky_inverse cholesky_solve clamp
+    clamp_ clamp_max clamp_max_ clamp_min clamp_min_ clip clip_ clone col_indices_copy column_stack
+    combinations complex concat concatenate conj conj_physical conj_physical_ constant_pad_nd conv1d conv2d
+    conv3d conv_tbc conv_transpose1d conv_transpose2d conv_transpose3d convolution copysign corrcoef cos
+    cos_ cosh cosh_ cosine_embedding_loss cosine_similarity count_nonzero cov cross crow_indices_copy
+    ctc_loss cudnn_affine_grid_generator cudnn_convolution cudnn_convolution_add_relu cudnn_convolution_relu
     cudnn_convolution_transpose cudnn_grid_sampler cumprod cumsum cumulative_trapezoid deg2rad deg2rad_ det
     detach detach_ detach_copy diag diag_embed diagflat diagonal diagonal_copy diagonal_scatter diff digamma
     dist div divide dot dropout dropout_ dsmm dstack einsum embedding embedding_renorm_ empty empty_like
@@ -109,38 +109,38 @@ TENSOR_METHODS = frozenset(
     atan2_ atan_ atanh atanh_ baddbmm baddbmm_ bernoulli bernoulli_ bfloat16 bincount bitwise_and
     bitwise_and_ bitwise_left_shift bitwise_left_shift_ bitwise_not bitwise_not_ bitwise_or bitwise_or_
     bitwise_right_shift bitwise_right_shift_ bitwise_xor bitwise_xor_ bmm bool broadcast_to byte cauchy_
-    ccol_indices ceil ceil_ chalf char cholesky_inverse cholesky_solve clamp clamp_ clamp_max clamp_max_
-    clamp_min clamp_min_ clip clip_ clone coalesce col_indices conj conj_physical conj_physical_ contiguous
-    copy_ copysign copysign_ corrcoef cos cos_ cosh cosh_ count_nonzero cov cpu cross crow_indices cuda
-    cumprod cumprod_ cumsum cumsum_ deg2rad deg2rad_ dequantize det detach detach_ diag diag_embed diagflat
-    diagonal diagonal_scatter diff digamma digamma_ dist div div_ divide divide_ dot double eq eq_ erf erf_
-    erfc erfc_ erfinv erfinv_ exp exp2 exp2_ exp_ expand expand_as expm1 expm1_ exponential_ fill_
-    fill_diagonal_ fix fix_ flatten flip fliplr flipud float float_power float_power_ floor floor_
-    floor_divide floor_divide_ fmax fmin fmod fmod_ frac frac_ gather gcd gcd_ ge ge_ geometric_ ger greater
-    greater_ greater_equal greater_equal_ gt gt_ half hardshrink hash_tensor heaviside heaviside_ histc
-    hypot hypot_ i0 i0_ igamma igamma_ igammac igammac_ index_add index_add_ index_copy index_copy_
-    index_fill index_fill_ index_put index_put_ index_reduce index_reduce_ index_select indices inner int
-    int_repr inverse isclose isfinite isinf isnan isneginf isposinf isreal istft kron lcm lcm_ ldexp ldexp_
-    le le_ lerp lerp_ less less_ less_equal less_equal_ lgamma lgamma_ log log10 log10_ log1p log1p_ log2
-    log2_ log_ log_normal_ log_softmax logaddexp logaddexp2 logcumsumexp logdet logical_and logical_and_
-    logical_not logical_not_ logical_or logical_or_ logical_xor logical_xor_ logit logit_ logsumexp long lt
-    lt_ lu_solve map2_ map_ masked_fill masked_fill_ masked_scatter masked_scatter_ masked_select matmul
-    matrix_exp matrix_power maximum mean minimum mm moveaxis movedim msort mul mul_ multinomial multiply
-    multiply_ mv mvlgamma mvlgamma_ nan_to_num nan_to_num_ nanmean nanquantile nansum narrow narrow_copy ne
-    ne_ neg neg_ negative negative_ new_empty new_empty_strided new_full new_ones new_tensor new_zeros
-    nextafter nextafter_ nonzero_static normal_ not_equal not_equal_ orgqr ormqr outer permute pin_memory
-    pinverse polygamma polygamma_ positive pow pow_ prelu prod put put_ q_per_channel_scales
-    q_per_channel_zero_points quantile rad2deg rad2deg_ random_ ravel reciprocal reciprocal_ relu relu_
-    remainder remainder_ renorm renorm_ repeat repeat_interleave requires_grad_ reshape reshape_as resize_
-    resize_as_ resize_as_sparse_ resolve_conj resolve_neg roll rot90 round round_ row_indices rsqrt rsqrt_
-    scatter scatter_ scatter_add scatter_add_ scatter_reduce scatter_reduce_ select select_scatter set_ sgn
-    sgn_ short sigmoid sigmoid_ sign sign_ signbit sin sin_ sinc sinc_ sinh sinh_ slice_inverse
-    slice_scatter smm softmax sparse_mask sparse_resize_ sparse_resize_and_clear_ sqrt sqrt_ square square_
-    squeeze squeeze_ sspaddmm std sub sub_ subtract subtract_ sum sum_to_size swapaxes swapaxes_ swapdims
-    swapdims_ t t_ take take_along_dim tan tan_ tanh tanh_ tile to to_dense to_mkldnn to_padded_tensor
-    to_sparse to_sparse_bsc to_sparse_bsr to_sparse_csc to_sparse_csr trace transpose transpose_ tril tril_
-    triu triu_ true_divide true_divide_ trunc trunc_ type_as unflatten unfold uniform_ unsqueeze unsqueeze_
-    values var vdot view view_as where xlogy xlogy_ xpu zero_""".split()
+    ccol_indices ceil ceil_ chalf char cholesky cholesky_inverse cholesky_solve clamp clamp_ clamp_max
+    clamp_max_ clamp_min clamp_min_ clip clip_ clone coalesce col_indices conj conj_physical conj_physical_
+    contiguous copy_ copysign copysign_ corrcoef cos cos_ cosh cosh_ count_nonzero cov cpu cross
+    crow_indices cuda cumprod cumprod_ cumsum cumsum_ deg2rad deg2rad_ dequantize det detach detach_ diag
+    diag_embed diagflat diagonal diagonal_scatter diff digamma digamma_ dist div div_ divide divide_ dot
+    double eq eq_ erf erf_ erfc erfc_ erfinv erfinv_ exp exp2 exp2_ exp_ expand expand_as expm1 expm1_
+    exponential_ fill_ fill_diagonal_ fix fix_ flatten flip fliplr flipud float float_power float_power_
+    floor floor_ floor_divide floor_divide_ fmax fmin fmod fmod_ frac frac_ gather gcd gcd_ ge ge_
+    geometric_ ger greater greater_ greater_equal greater_equal_ gt gt_ half hardshrink hash_tensor
+    heaviside heaviside_ histc hypot hypot_ i0 i0_ igamma igamma_ igammac igammac_ index_add index_add_
+    index_copy index_copy_ index_fill index_fill_ index_put index_put_ index_reduce index_reduce_
+    index_select indices inner int int_repr inverse isclose isfinite isinf isnan isneginf isposinf isreal
+    istft kron lcm lcm_ ldexp ldexp_ le le_ lerp lerp_ less less_ less_equal less_equal_ lgamma lgamma_ log
+    log10 log10_ log1p log1p_ log2 log2_ log_ log_normal_ log_softmax logaddexp logaddexp2 logcumsumexp
+    logdet logical_and logical_and_ logical_not logical_not_ logical_or logical_or_ logical_xor logical_xor_
+    logit logit_ logsumexp long lt lt_ lu_solve map2_ map_ masked_fill masked_fill_ masked_scatter
+    masked_scatter_ masked_select matmul matrix_exp matrix_power maximum mean minimum mm moveaxis movedim
+    msort mul mul_ multinomial multiply multiply_ mv mvlgamma mvlgamma_ nan_to_num nan_to_num_ nanmean
+    nanquantile nansum narrow narrow_copy ne ne_ neg neg_ negative negative_ new_empty new_empty_strided
+    new_full new_ones new_tensor new_zeros nextafter nextafter_ nonzero_static normal_ not_equal not_equal_
+    orgqr ormqr outer permute pin_memory pinverse polygamma polygamma_ positive pow pow_ prelu prod put put_
+    q_per_channel_scales q_per_channel_zero_points quantile rad2deg rad2deg_ random_ ravel reciprocal
+    reciprocal_ relu relu_ remainder remainder_ renorm renorm_ repeat repeat_interleave requires_grad_
+    reshape reshape_as resize_ resize_as_ resize_as_sparse_ resolve_conj resolve_neg roll rot90 round round_
+    row_indices rsqrt rsqrt_ scatter scatter_ scatter_add scatter_add_ scatter_reduce scatter_reduce_ select
+    select_scatter set_ sgn sgn_ short sigmoid sigmoid_ sign sign_ signbit sin sin_ sinc sinc_ sinh sinh_
+    slice_inverse slice_scatter smm softmax sparse_mask sparse_resize_ sparse_resize_and_clear_ sqrt sqrt_
+    square square_ squeeze squeeze_ sspaddmm std sub sub_ subtract subtract_ sum sum_to_size swapaxes
+    swapaxes_ swapdims swapdims_ t t_ take take_along_dim tan tan_ tanh tanh_ tile to to_dense to_mkldnn
+    to_padded_tensor to_sparse to_sparse_bsc to_sparse_bsr to_sparse_csc to_sparse_csr trace transpose
+    transpose_ tril tril_ triu triu_ true_divide true_divide_ trunc trunc_ type_as unflatten unfold uniform_
+    unsqueeze unsqueeze_ values var vdot view view_as where xlogy xlogy_ xpu zero_""".split()
 )
 
 # `tensor.<name>(...)` is a tuple or list of tensors (every overload).

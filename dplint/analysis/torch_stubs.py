@@ -180,7 +180,7 @@ def _known(kinds: Dict[str, Optional[str]]) -> Dict[str, str]:
     return {name: kind for name, kind in kinds.items() if kind in (TENSOR, SEQUENCE) and not name.startswith("_")}
 
 
-def _torch_folder() -> Tuple[str, str]:
+def torch_folder() -> Tuple[str, str]:
     """The installed torch's folder and version, found without importing torch."""
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
@@ -213,7 +213,7 @@ def _names(names: Iterable[str]) -> str:
 
 def tensor_api_module() -> str:
     """The text of `dplint/analysis/tensor_api.py` for the installed torch."""
-    folder, version = _torch_folder()
+    folder, version = torch_folder()
     tables = collect(folder)
     parts = [
         f'"""What torch {version}\'s type stubs say returns a tensor: generated, do not edit.\n\n'

@@ -6,12 +6,17 @@ order, joins branches at their merge, and remembers under which branch condition
 so a use on the opposite branch of the same condition (`if ngpu == 1: ... else: ...`) is not counted.
 Code that already handles both cases (`hasattr(m, "module")`, `isinstance(m, DataParallel)`, a branch
 that reaches `m.module`) is marked as handled for that name.
+
+A wrap is seen however it reaches a name: a wrap call, a project function that returns one
+(`model = build_model(args)`), a container whose every element is one (`heads = [DataParallel(h) for h
+in hs]`, held as `heads[]`), or an object whose class wraps `self.<attr>` in `__init__` (`trainer =
+Trainer(net)` holds `trainer.model`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, FrozenSet, Generator, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
 import libcst as cst
@@ -40,6 +45,8 @@ class WrapSite:
     node: Optional[cst.CSTNode] = None
     line: int = 0
     path: str = ""
+    # The function whose call returned the wrapper, named in the message since the wrap is in its body.
+    via: str = ""
 
     def line_in(self, ctx: FileContext) -> int:
         return ctx.line(self.node) if self.node is not None else self.line
@@ -47,6 +54,8 @@ class WrapSite:
     def where(self, ctx: FileContext) -> str:
         """`line 12 if args.multi_gpu`, for the message: which line wraps, and when."""
         place = f"{self.path}:{self.line}" if self.path else f"line {self.line_in(ctx)}"
+        if self.via:
+            place = f"`{self.via}()`, {place}"
         if not self.conditions:
             return place
         text = " and ".join(test if holds else f"not ({test})" for test, holds in self.conditions)
@@ -82,6 +91,14 @@ def wrap_call(ctx: FileContext, value: cst.BaseExpression) -> Optional[str]:
     if isinstance(value, cst.Call):
         return WRAPPER_CLASSES.get(ctx.qualify(value.func) or "")
     return None
+
+
+def holder(expr: cst.BaseExpression) -> Optional[str]:
+    """The name a wrap is tracked under: `model`, `self.model`, or `self.heads[]` for an element `self.heads[i]`."""
+    if isinstance(expr, cst.Subscript):
+        container = dotted(expr.value)
+        return container + "[]" if container is not None else None
+    return dotted(expr)
 
 
 def describe(sites: FrozenSet[WrapSite], ctx: FileContext) -> Tuple[str, str, bool]:
@@ -175,7 +192,14 @@ class WrapFlow:
             elif isinstance(statement, cst.If):
                 state = yield from self._if(statement, state, path, handled)
             elif isinstance(statement, (cst.For, cst.While)):
-                after_body = yield from self._block(block_body(statement.body), dict(state), path, handled)
+                entry = dict(state)
+                if isinstance(statement, cst.For) and isinstance(statement.target, cst.Name):
+                    # `for head in self.heads:` over a container of wrappers binds a wrapper each time.
+                    container = dotted(statement.iter)
+                    entry.pop(statement.target.value, None)
+                    if container is not None and container + "[]" in state:
+                        entry[statement.target.value] = state[container + "[]"]
+                after_body = yield from self._block(block_body(statement.body), entry, path, handled)
                 state = _join(state, after_body)
                 if statement.orelse is not None:
                     state = yield from self._block(block_body(statement.orelse.body), state, path, handled)
@@ -269,30 +293,96 @@ class WrapFlow:
             targets = [small.target]
         else:
             return state
-        sites = self._sites(small.value, state, path) if not isinstance(small, cst.AugAssign) else frozenset()
+        plain = isinstance(small, cst.AugAssign)
+        sites = frozenset() if plain else self._sites(small.value, state, path)
+        elements = frozenset() if plain else self._element_sites(small.value, path)
+        members = {} if plain else self._member_sites(small.value, path)
         state = dict(state)
         for target in targets:
             name = dotted(target)
             if name is None:
                 continue
-            for key in [key for key in state if key == name or key.startswith(name + ".")]:
+            for key in [key for key in state if key in (name, name + "[]") or key.startswith(name + ".")]:
                 del state[key]
             if sites:
                 state[name] = sites
+            if elements:
+                state[name + "[]"] = elements
+            for attribute, found in members.items():
+                state[f"{name}.{attribute}"] = found
         return state
 
     def _sites(self, value: cst.BaseExpression, state, path) -> FrozenSet[WrapSite]:
-        """The wraps `value` may hold: a wrap call, a name holding one, or either branch of `a if c else b`."""
+        """The wraps `value` may hold: a wrap call, a call of a project function returning one, a name
+        or an element of a container holding one, or either branch of `a if c else b`."""
         wrapper = wrap_call(self.ctx, value)
         if wrapper is not None:
             return frozenset({WrapSite(wrapper, path, node=value)})
+        returned = self._returned(value)
+        if returned is not None:
+            return frozenset({replace(returned, conditions=(*path, *returned.conditions))})
         if isinstance(value, cst.IfExp):
             if {dotted(value.body), dotted(value.orelse)} & handled_names(value):
                 return frozenset()  # `m.module if hasattr(m, "module") else m`: the plain model either way
             test, holds = self._condition(value.test)
             return self._sites(value.body, state, (*path, (test, holds))) | self._sites(value.orelse, state, (*path, (test, not holds)))
-        name = dotted(value)
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in MODULE_RETURNING_METHODS:
+            value = value.func.value  # `net = net.eval()`: the same wrapper
+        name = holder(value)
         return state.get(name, frozenset()) if name is not None else frozenset()
+
+    def _returned(self, value: cst.BaseExpression) -> Optional[WrapSite]:
+        """The wrap returned by `build_model(args)` (`.cuda()` chained on it or not), a project function."""
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in MODULE_RETURNING_METHODS:
+            value = value.func.value
+        if not isinstance(value, cst.Call):
+            return None
+        name = self.ctx.qualify(value.func)
+        if name is None and isinstance(value.func, cst.Name):
+            name = value.func.value  # a function of this file
+        found = self.ctx.project.returned_wrap(name, self.ctx.filename) if name is not None else None
+        if found is None or (found.conditions and found.wrapper == "DistributedDataParallel" and not self._may_run_ranks()):
+            # A helper that wraps in DDP only under its own test (`if dist.is_initialized():`), called from
+            # a script that neither starts a process group nor reads the launcher's rank: the test decides.
+            return None
+        here = found.path == self.ctx.path
+        return WrapSite(found.wrapper, found.conditions, line=found.line, path="" if here else found.path, via=found.function)
+
+    def _may_run_ranks(self) -> bool:
+        facts = self.ctx.project.files.get(self.ctx.filename)
+        ranks = facts.distributed if facts is not None else None
+        return ranks is not None and (ranks.starts_process_group or ranks.reads_local_rank_env)
+
+    def _element_sites(self, value: cst.BaseExpression, path) -> FrozenSet[WrapSite]:
+        """The wraps every element of a list, tuple or comprehension holds (`[DataParallel(h) for h in hs]`)."""
+        if isinstance(value, cst.Call) and len(value.args) == 1:
+            if dotted(value.func) in ("list", "tuple") or self.ctx.qualify(value.func) == "torch.nn.ModuleList":
+                value = value.args[0].value
+        if isinstance(value, (cst.ListComp, cst.GeneratorExp)):
+            elements = [value.elt]
+        elif isinstance(value, (cst.List, cst.Tuple)) and value.elements:
+            elements = [element.value for element in value.elements]
+        else:
+            return frozenset()
+        wrappers = [wrap_call(self.ctx, element) for element in elements]
+        if None in wrappers:
+            return frozenset()
+        return frozenset(WrapSite(wrapper, path, node=element) for wrapper, element in zip(wrappers, elements))
+
+    def _member_sites(self, value: cst.BaseExpression, path) -> Dict[str, FrozenSet[WrapSite]]:
+        """`trainer = Trainer(net)`: the `self.<attr>` wraps that the class's `__init__` (or a base's) makes."""
+        if not isinstance(value, cst.Call):
+            return {}
+        name = dotted(value.func)
+        if name is None:
+            return {}
+        found: Dict[str, FrozenSet[WrapSite]] = {}
+        for wrap in self.ctx.project.attribute_wraps.get(name.rpartition(".")[2], ()):
+            if wrap.method == "__init__":
+                here = wrap.path == self.ctx.path
+                site = WrapSite(wrap.wrapper, (*path, *wrap.conditions), line=wrap.line, path="" if here else wrap.path)
+                found[wrap.attribute] = found.get(wrap.attribute, frozenset()) | {site}
+        return found
 
 
 def _conjuncts(test: cst.BaseExpression) -> List[cst.BaseExpression]:
@@ -352,7 +442,8 @@ def _excludes(needed: Condition, taken: Condition) -> bool:
 
 
 def class_attribute_wraps(ctx: FileContext, cls: cst.ClassDef) -> Dict[str, FrozenSet[WrapSite]]:
-    """`self.<attr>` wrapped in any method of the class: `{"self.model": sites}` (self named `self`)."""
+    """`self.<attr>` wrapped in any method of the class: `{"self.model": sites}` (self named `self`);
+    a container of wrappers as `{"self.heads[]": sites}`."""
     flow = WrapFlow(ctx)
     found: Dict[str, FrozenSet[WrapSite]] = {}
     for method in block_body(cls.body):
@@ -367,10 +458,11 @@ def class_attribute_wraps(ctx: FileContext, cls: cst.ClassDef) -> Dict[str, Froz
                 for target in small.targets:
                     name = dotted(target.target)
                     if name and name.count(".") == 1 and name.startswith(self_name + "."):
-                        wrapper = wrap_call(ctx, small.value)
-                        if wrapper is not None:
-                            key = "self." + name.partition(".")[2]
-                            found[key] = found.get(key, frozenset()) | {WrapSite(wrapper, point.path, node=small.value)}
+                        key = "self." + name.partition(".")[2]
+                        whole, elements = flow._sites(small.value, {}, point.path), flow._element_sites(small.value, point.path)
+                        for suffix, sites in (("", whole), ("[]", elements)):
+                            if sites:
+                                found[key + suffix] = found.get(key + suffix, frozenset()) | sites
     return found
 
 
@@ -393,15 +485,16 @@ def method_initial_state(
     state = {}
     for key, sites in class_wraps.items():
         attribute = key.partition(".")[2]
-        if attribute not in wrapped_here:
+        if attribute.removesuffix("[]") not in wrapped_here:
             state[f"{self_name}.{attribute}"] = sites
     return state
 
 
 def attributes_wrapped_in(ctx: FileContext, method: cst.FunctionDef, self_name: str) -> Set[str]:
+    flow = WrapFlow(ctx)
     wrapped = set()
     for small in _small_statements(block_body(method.body)):
-        if isinstance(small, cst.Assign) and wrap_call(ctx, small.value) is not None:
+        if isinstance(small, cst.Assign) and (flow._sites(small.value, {}, ()) or flow._element_sites(small.value, ())):
             for target in small.targets:
                 name = dotted(target.target)
                 if name and name.startswith(self_name + ".") and name.count(".") == 1:
@@ -482,8 +575,9 @@ def _methods_run_before_the_wrap(ctx: FileContext, cls: cst.ClassDef, class_wrap
     if init is None or self_name is None or not class_wraps:
         return frozenset()
     wrapped_in_init = attributes_wrapped_in(ctx, init, self_name)
-    if {key.partition(".")[2] for key in class_wraps} - wrapped_in_init:
+    if {key.partition(".")[2].removesuffix("[]") for key in class_wraps} - wrapped_in_init:
         return frozenset()  # a wrap made elsewhere (another method, a base class)
+    flow = WrapFlow(ctx)
     early: Dict[str, int] = {}
     late: Set[str] = set()
     wrapped = False
@@ -495,7 +589,7 @@ def _methods_run_before_the_wrap(ctx: FileContext, cls: cst.ClassDef, class_wrap
                     late.add(name)
                 else:
                     early[name] = early.get(name, 0) + 1
-        if isinstance(small, cst.Assign) and wrap_call(ctx, small.value) is not None:
+        if isinstance(small, cst.Assign) and (flow._sites(small.value, {}, ()) or flow._element_sites(small.value, ())):
             wrapped = True
     references = _attribute_references(ctx)
     return frozenset(name for name, calls in early.items() if name in methods and name not in late and references.get(name) == calls)

@@ -14,7 +14,7 @@ _SAMPLER_SETTINGS = ("seed", "length", "num_replicas", "shuffle", "drop_last")
 def findings(events: Events) -> List[Finding]:
     found = _reported(events)
     if len(events) > 1:
-        found += _samplers(events) + _first_batches(events) + _divergence(events) + _saves(events)
+        found += _samplers(events) + _first_batches(events) + _divergence(events) + _saves(events) + _shared_gpus(events)
     return found
 
 
@@ -180,4 +180,33 @@ def _saves(events: Events) -> List[Finding]:
                 f"{_ranks(list(ranks))} all save `{name}`: concurrent writes can corrupt it; save from rank 0 only",
                 ranks[min(ranks)], tuple(sorted(ranks)),
             ))  # fmt: skip
+    return found
+
+
+_PLACED = {"model": "put this model on", "tensor": "put this tensor on", "DDP": "wrap this DDP model on", "set_device": "select"}
+
+
+def _shared_gpus(events: Events) -> List[Finding]:
+    """DPL506/DPL508: the first call site where two or more ranks placed onto the same emulated GPU."""
+    found = []
+    for code, kinds in (("DPL506", {"load"}), ("DPL508", set(_PLACED))):
+        sites: Dict[str, Dict[int, Dict[str, Any]]] = defaultdict(dict)  # in order of first appearance, lowest rank first
+        for rank, rank_events in sorted(_by(events, "gpu").items()):
+            for event in rank_events:
+                if event["what"] in kinds:
+                    sites[event["where"]].setdefault(rank, event)
+        for where, ranks in sites.items():
+            sharing: Dict[int, List[int]] = defaultdict(list)
+            for rank, event in sorted(ranks.items()):
+                sharing[event["index"]].append(rank)
+            index, on_it = max(sharing.items(), key=lambda item: len(item[1]))
+            if len(on_it) < 2:
+                continue
+            if code == "DPL506":
+                message = f"{_ranks(on_it)} all load this checkpoint onto cuda:{index}: map it to each rank's own GPU or the CPU"
+            else:
+                what = ranks[on_it[0]]["what"]
+                message = f"{_ranks(on_it)} all {_PLACED[what]} cuda:{index}: they share one GPU; give each rank cuda:LOCAL_RANK"
+            found.append(Finding(code, message, where, tuple(on_it)))
+            break
     return found

@@ -51,11 +51,12 @@ def sites_key(rank: int) -> str:
 
 
 _TORCH_DIR: Optional[str] = None
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# All of dplint: its GPU emulation (dplint/runtime) places tensors on behalf of the user's line too.
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def user_site(depth: int = 2) -> str:
-    """`file:line` of the innermost caller outside torch and dplint.distributed (the user's code)."""
+    """`file:line` of the innermost caller outside torch and dplint (the user's code)."""
     global _TORCH_DIR
     if _TORCH_DIR is None:
         import torch

@@ -29,6 +29,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 from dplint.distributed.channel import Channel, user_site
 from dplint.distributed.errors import DistributedPitfall, PeerFailed, SetupError
 from dplint.distributed.launcher import ALL_CHECKS
+from dplint.runtime import devices
 
 COLLECTIVES = (
     "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all", "all_to_all_single",
@@ -70,6 +71,7 @@ class _RankChecks:
         self.sites: Set[str] = set()  # the collective call sites this rank has reached
         self.pending_sync: Optional[str] = None  # a DDP forward whose backward will all-reduce gradients
         self.delivered: Dict[int, "_Pass"] = {}  # by sampler: the pass whose batch is trained on at the next step
+        self.master = (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])  # dplint's store, where every group meets
 
     # collectives -------------------------------------------------------------------------------
     def depth(self) -> int:
@@ -134,13 +136,15 @@ class _RankChecks:
 _active: Optional[_RankChecks] = None
 
 
-def install(channel: Channel, checks: Set[str], group_ready: bool = False) -> None:
-    """Install the shims and the chosen checks in this process (one rank)."""
+def install(channel: Channel, checks: Set[str], group_ready: bool = False, gpus: int = 0) -> None:
+    """Install the shims and the chosen checks in this process (one rank), with `gpus` emulated GPUs (0: CUDA hidden)."""
     global _active
     unknown = set(checks) - set(ALL_CHECKS)
     if unknown:
         raise ValueError(f"unknown distributed checks: {sorted(unknown)}; choose from {list(ALL_CHECKS)}")
     _active = rank = _RankChecks(channel, set(checks), group_ready)
+    if gpus:
+        devices.install(gpus, rank.note, channel.event)  # first: the checks below wrap its DDP and collectives
     _install_shims(rank)
     if checks & {"collectives", "samplers"}:
         torch.autograd.backward = _backward(rank, torch.autograd.backward)
@@ -191,7 +195,7 @@ def _install_shims(rank: _RankChecks) -> None:
             rank.note(f"backend {str(backend)!r} runs as 'gloo' on CPU ({user_site()})")
             bound.arguments["backend"] = "gloo"
         device_id = bound.arguments.get("device_id")
-        if device_id is not None and not torch.cuda.is_available():
+        if device_id is not None and (devices.active() is not None or not torch.cuda.is_available()):
             bound.arguments["device_id"] = None
         timeout = bound.arguments.get("timeout")
         if timeout is None or timeout.total_seconds() > rank.channel.timeout:
@@ -249,6 +253,10 @@ def _spawn_in_place(rank: _RankChecks, name: str) -> Callable[..., Any]:
 def _to_dplint_store(rank: _RankChecks, arguments: Dict[str, Any]) -> None:
     """A script's own rendezvous (`init_method="tcp://..."`, `store=`, explicit ranks) joins dplint's group instead."""
     own = {name: arguments[name] for name in ("init_method", "store") if arguments.get(name) not in (None, "env://")}
+    address = (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"))
+    if address != rank.master:  # the script set its own (the tutorials' `os.environ["MASTER_PORT"] = "12355"`)
+        rank.note(f"MASTER_ADDR:MASTER_PORT {address[0]}:{address[1]} set by the script joins dplint's process group instead ({user_site(3)})")
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master
     asked = {name: arguments[name] for name in ("world_size", "rank") if arguments.get(name, -1) != -1}
     expected = {"world_size": rank.channel.world_size, "rank": rank.channel.rank}
     wrong = {name: value for name, value in asked.items() if value != expected[name]}
@@ -328,7 +336,7 @@ def _ddp_init(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., 
         bound = signature.bind(self, *args, **kwargs)
         module = bound.arguments["module"]
         on_cpu = all(p.device.type == "cpu" for p in module.parameters())
-        if on_cpu and bound.arguments.get("device_ids"):
+        if on_cpu and bound.arguments.get("device_ids") and devices.active() is None:
             rank.note(f"DDP device_ids={bound.arguments['device_ids']} dropped: the model is on CPU ({user_site()})")
             bound.arguments["device_ids"] = None
             bound.arguments["output_device"] = None

@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dplint run",
         description="Run a torchrun training script on N CPU processes joined in a gloo process group, with "
-        "dplint's distributed checks. NCCL runs as gloo; CUDA is hidden, so scripts take their CPU path.",
+        "dplint's distributed checks. NCCL runs as gloo; the GPUs are emulated, with the data on the CPU.",
         epilog=f"checks (--checks, default all):\n{listed}\n\n"
         "Exit status: 0 every rank joined the process group and finished with no findings, 1 findings or a\n"
         "failed rank, 2 usage error or ranks that did not join, 130 interrupted.",
@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--nproc-per-node", "--nproc_per_node", dest="nprocs", type=int, default=2, metavar="N",
                         help="processes (ranks) to start (default: 2)")  # fmt: skip
+    parser.add_argument("--gpus-per-node", dest="gpus", type=int, metavar="N",
+                        help="GPUs each rank sees, emulated on the CPU (default: one per rank; 0: none, CUDA hidden)")  # fmt: skip
     parser.add_argument("--nnodes", default="1", help="accepted for torchrun compatibility; only 1 node is run")
     parser.add_argument("--standalone", action="store_true", help="accepted for torchrun compatibility (always standalone)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
@@ -57,6 +59,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"only one node is run on CPU; got --nnodes {args.nnodes}")
     if args.nprocs < 1:
         parser.error(f"--nproc-per-node must be at least 1, got {args.nprocs}")
+    if args.gpus is not None and args.gpus < 0:
+        parser.error(f"--gpus-per-node must be 0 or more, got {args.gpus}")
     if args.timeout <= 0:
         parser.error(f"--timeout must be positive, got {args.timeout:g}")
     checks = list(ALL_CHECKS)
@@ -79,7 +83,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     target = ["-m", args.training_script] if args.module else [args.training_script]
     terminate = signal.signal(signal.SIGTERM, _terminated)
     try:
-        outcome = run_script([*target, *args.training_script_args], args.nprocs, args.timeout, checks)
+        outcome = run_script([*target, *args.training_script_args], args.nprocs, args.timeout, checks, args.gpus)
     except KeyboardInterrupt:
         print("dplint run: interrupted; the ranks were stopped", file=sys.stderr)
         return 130

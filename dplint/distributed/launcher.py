@@ -43,7 +43,7 @@ def _validate(nprocs: Any, timeout: Any, checks: Iterable[str], action: str) -> 
 
 
 def rank_environment(rank: int, world_size: int, port: int) -> Dict[str, str]:
-    """The variables torchrun sets for one rank (one node), pointed at dplint's store; CUDA hidden."""
+    """The variables torchrun sets for one rank (one node), pointed at dplint's store; real GPUs hidden."""
     environment = {
         "RANK": str(rank),
         "LOCAL_RANK": str(rank),
@@ -58,7 +58,7 @@ def rank_environment(rank: int, world_size: int, port: int) -> Dict[str, str]:
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_RUN_ID": "dplint",
         "TORCHELASTIC_MAX_RESTARTS": "0",
-        "CUDA_VISIBLE_DEVICES": "",  # scripts that test torch.cuda.is_available() take their CPU path
+        "CUDA_VISIBLE_DEVICES": "",  # real GPUs stay unused: the ranks' data is on the CPU, their GPUs emulated
     }
     # As torchrun: one thread per rank when several share the machine, unless the user chose.
     if "OMP_NUM_THREADS" in os.environ or world_size > 1:
@@ -74,6 +74,7 @@ class Outcome:
     results: Dict[int, Any]
     joined: List[int]  # the ranks that joined a process group of all the ranks
     spawns: List[Dict[str, Any]]  # the script's own mp.spawn calls that started no process
+    gpus: int = 0  # the GPUs each rank saw (0: CUDA hidden)
 
     def incomplete(self) -> Optional[str]:
         """Why a run without failures proves nothing (None: every rank joined, and ran what it was given)."""
@@ -83,8 +84,8 @@ class Outcome:
         joined = f"{len(self.joined)} of {world} rank{'s' * (world != 1)} joined a process group"
         if self.spawns:
             spawn = self.spawns[0]
-            return (f"{joined}: {spawn['call']} at {spawn['where']} started no process "
-                    "(torch.cuda.device_count() is 0: dplint hides CUDA)")  # fmt: skip
+            why = " (torch.cuda.device_count() is 0: dplint hides CUDA)" if not self.gpus else ""
+            return f"{joined}: {spawn['call']} at {spawn['where']} started no process{why}"
         missing = [r for r in range(world) if r not in self.joined]
         return f"{joined}: {listed(missing)} never called init_process_group"
 
@@ -217,12 +218,23 @@ def _context() -> Any:
     return context
 
 
-def run_script(target: Sequence[str], nprocs: int, timeout: float = DEFAULT_TIMEOUT, checks: Optional[Iterable[str]] = None) -> Outcome:
-    """`dplint run`: run a script (or `-m` module) as `__main__` in each rank, as torchrun would."""
+def run_script(
+    target: Sequence[str], nprocs: int, timeout: float = DEFAULT_TIMEOUT, checks: Optional[Iterable[str]] = None, gpus: Optional[int] = None
+) -> Outcome:
+    """`dplint run`: run a script (or `-m` module) as `__main__` in each rank, as torchrun would.
+
+    Each rank sees `gpus` emulated GPUs (None: one per rank; 0: none, CUDA hidden).
+    """
     from dplint.distributed.rank import run_script as run_rank
 
     chosen = _validate(nprocs, timeout, ALL_CHECKS if checks is None else checks, "raise")
-    return _run(run_rank, (tuple(target),), nprocs, {"timeout": float(timeout), "checks": chosen, "launcher": os.getpid()})
+    gpus = nprocs if gpus is None else gpus
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+        raise ValueError(f"gpus must be a non-negative int, got {gpus!r}")
+    settings = {"timeout": float(timeout), "checks": chosen, "launcher": os.getpid(), "gpus": gpus}
+    outcome = _run(run_rank, (tuple(target),), nprocs, settings)
+    outcome.gpus = gpus
+    return outcome
 
 
 def _run(target: Callable[..., Any], arguments: tuple, nprocs: int, settings: Dict[str, Any]) -> Outcome:

@@ -159,7 +159,7 @@ def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Se
     channel = _connect(settings)
     status = 0
     try:
-        checks.install(channel, set(settings["checks"]))
+        checks.install(channel, set(settings["checks"]), gpus=settings["gpus"])
         channel.state(f"is running {' '.join(target)} and has made no collective yet")
         if target[0] == "-m":
             sys.argv = [target[1], *target[2:]]
