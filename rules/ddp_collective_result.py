@@ -10,7 +10,7 @@ from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.patterns import GuardedPattern
-from dplint.rules.ddp_common import ASYNC_OP_POSITION, argument, collective_calls, collective_name, is_literal
+from dplint.analysis.ddp import ASYNC_OP_POSITION, argument, collective_calls, collective_name, is_literal
 
 
 class CollectiveResultAssigned(Rule):

@@ -10,7 +10,7 @@ from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.names import dotted, iter_calls
 from dplint.analysis.wrapping import Point, scope_points
 from dplint.analysis.patterns import GuardedPattern
-from dplint.rules.ddp_common import DDP, argument
+from dplint.analysis.ddp import DDP, argument
 
 
 _DATA_PARALLEL = GuardedPattern(r"(?<!Distributed)DataParallel\b", ["DataParallel"])

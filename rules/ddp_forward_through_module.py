@@ -8,7 +8,7 @@ import libcst as cst
 from dplint.analysis.names import Body, child_blocks, dotted, run_visitor
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.rules.ddp_common import DDP, USES_DISTRIBUTED, ScopeInfo, argument, calls_in, is_literal, iter_scopes, passed_parameters, scope_calls, wrapped_names
+from dplint.analysis.ddp import DDP, USES_DISTRIBUTED, ScopeInfo, argument, calls_in, is_literal, iter_scopes, passed_parameters, scope_calls, wrapped_names
 from dplint.rules.wrapper_attribute_access import WRAPPER_ATTRIBUTES
 
 NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"})

@@ -8,7 +8,7 @@ from dplint.analysis.facts import scan_distributed
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.rules.ddp_common import calls_in, program_or_file
+from dplint.analysis.ddp import calls_in, program_or_file
 
 
 class LocalRankArgument(Rule):

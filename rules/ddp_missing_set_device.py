@@ -7,7 +7,7 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.rules.ddp_common import (
+from dplint.analysis.ddp import (
     INIT_PROCESS_GROUP,
     ScopeInfo,
     argument,

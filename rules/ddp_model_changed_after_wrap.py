@@ -11,7 +11,7 @@ from dplint.analysis.names import dotted
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.rules.ddp_common import DDP, USES_DISTRIBUTED, argument, calls_in, iter_scopes, iter_sites, wrap_of
+from dplint.analysis.ddp import DDP, USES_DISTRIBUTED, argument, calls_in, iter_scopes, iter_sites, wrap_of
 
 CASTS = frozenset({"half", "double", "bfloat16"})
 MOVES = frozenset({"to", "cuda", "cpu"})

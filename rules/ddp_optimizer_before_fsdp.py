@@ -10,7 +10,7 @@ from dplint.analysis.names import dotted
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.rules.ddp_common import FSDP, argument, calls_in, iter_scopes, iter_sites
+from dplint.analysis.ddp import FSDP, argument, calls_in, iter_scopes, iter_sites
 
 FULLY_SHARD = frozenset(
     {"torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard.fully_shard"}

@@ -13,7 +13,7 @@ from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.patterns import GuardedPattern
-from dplint.rules.ddp_common import (
+from dplint.analysis.ddp import (
     NAMES_A_DISTRIBUTED_MODEL,
     USES_DISTRIBUTED,
     DDP,

@@ -8,7 +8,7 @@ import libcst as cst
 from dplint.analysis.names import dotted
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.rules.ddp_common import (
+from dplint.analysis.ddp import (
     DISTRIBUTED_SAMPLERS,
     argument,
     calls_in,

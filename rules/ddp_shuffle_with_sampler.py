@@ -8,7 +8,7 @@ from dplint.analysis.names import dotted
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.rules.ddp_common import (
+from dplint.analysis.ddp import (
     DATA_LOADERS,
     ScopeInfo,
     argument,

@@ -104,7 +104,7 @@ def test_a_guarded_pattern_matches_only_where_one_of_its_words_is(where, pattern
 def test_collective_calls_are_the_matches_of_their_regex():
     """`CollectiveCalls` looks for calls from the names that end them: it must find exactly what its
     regex finds, tried at every position."""
-    from dplint.rules.ddp_common import CollectiveCalls
+    from dplint.analysis.ddp import CollectiveCalls
 
     tricky = """
 import torch.distributed as dist

@@ -1,5 +1,7 @@
-"""Building blocks shared by the DDP/torchrun rules (DPL5xx): qualified names, rank conditions, the
-code every rank runs, and the names bound to a DDP/FSDP wrapper."""
+"""What the DDP/torchrun rules (DPL5xx) know about a file of a distributed program: qualified names of
+the collectives and wrappers, which values are ranks and which tests run code on some ranks only
+(`RankKnowledge`), the code every rank runs, and the names bound to a DDP/FSDP wrapper. Which programs
+start a process group, and what their files say, is in `facts` (`DistributedProject`)."""
 
 from __future__ import annotations
 
