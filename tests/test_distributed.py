@@ -167,6 +167,26 @@ def test_training_pitfalls_are_each_found_where_they_are(tmp_path: Path) -> None
     assert found["DPL505"].where == line_of("save") and found["DPL505"].ranks == (0, 1)
 
 
+def save_checkpoint(model: nn.Module, path: Path) -> None:
+    write_checkpoint(model.state_dict(), path)
+
+
+def write_checkpoint(state: Dict[str, Any], path: Path) -> None:
+    torch.save(state, path)  # inside the helpers
+
+
+def train_one_model(folder: Path) -> None:
+    model = nn.Linear(2, 2)
+    save_checkpoint(model, folder / "helper.pt")  # unguarded call of the helper
+
+
+def test_dpl505_points_at_the_unguarded_call_of_a_save_helper(tmp_path: Path) -> None:
+    with pytest.raises(LaunchError) as caught:
+        launch(train_one_model, tmp_path, nprocs=2, timeout=TIMEOUT)
+    [finding] = caught.value.findings
+    assert finding.code == "DPL505" and finding.where == line_of("unguarded call of the helper")
+
+
 def test_warn_action_returns_results_and_warns(tmp_path: Path) -> None:
     with pytest.warns(RuntimeWarning, match="DPL505"):
         results = launch(train, ("save_every_rank",), tmp_path, nprocs=2, timeout=TIMEOUT, action="warn")
@@ -677,3 +697,12 @@ def test_a_script_that_spawns_one_process_per_emulated_gpu_runs_them_with_the_ch
     script = PROGRAMS / "spawn_workers.py"
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--no-set-epoch", "--epochs", "2"]) == 1
     assert capsys.readouterr().out.startswith(f"{line_in(script, '# train sampler')}: DPL501 ")
+
+
+def test_an_error_a_wrapper_catches_before_exiting_is_reported_at_the_users_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = PROGRAMS / "caught_by_a_wrapper.py"  # try: main() except Exception: sys.exit(1)
+    assert run_main(["--timeout", str(TIMEOUT), str(script)]) == 1
+    assert f"dplint run: rank 1 failed at {line_in(script, '# rank 1 fails')}: ValueError: no such shard\n" in capsys.readouterr().err

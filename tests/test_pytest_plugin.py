@@ -231,3 +231,26 @@ def test_an_unknown_ignored_code_is_a_usage_error(crnn_project):
     result = crnn_project.runpytest_subprocess("--dplint", "--dplint-ignore", "DPL999")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--dplint-ignore: DPL999 not runtime codes; they are DPL103, *"])
+
+
+BATCH_NORM_TESTS = """
+import torch
+import torch.nn as nn
+
+def model():
+    torch.manual_seed(0)
+    return nn.DataParallel(nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)))
+
+def test_first():
+    model()(torch.randn(8, 5))
+
+def test_second():
+    model()(torch.randn(8, 5))
+"""
+
+
+def test_batch_norm_advice_is_said_once_per_session(pytester):
+    pytester.makepyfile(test_norm=BATCH_NORM_TESTS)
+    result = pytester.runpytest_subprocess("--dplint", "-W", "always")
+    result.assert_outcomes(passed=2, warnings=1)
+    assert result.stdout.str().count("PitfallWarning: DPL309") == 1

@@ -880,6 +880,9 @@ def test_dpl309_batch_norm_in_training_is_advice():
     with runtime.checking(devices=2, check_rows=True), pytest.warns(PitfallWarning, match="DPL309.*SyncBatchNorm"):
         nn.DataParallel(model)(torch.randn(8, 5))
     assert model[1].num_batches_tracked.item() == 1  # the extra forward ran on a copy
+    with runtime.checking(devices=2, check_rows=True), warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per process: the same for every BatchNorm model
+        nn.DataParallel(nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)))(torch.randn(8, 5))
     with runtime.checking(devices=2, check_rows=True):
         nn.DataParallel(model.eval())(torch.randn(8, 5))
 
@@ -891,3 +894,42 @@ def test_dpl309_silent_for_independent_rows_and_for_random_forwards():
         state = torch.get_rng_state()
         nn.DataParallel(nn.Sequential(nn.Linear(5, 4), nn.Dropout(0.5)))(torch.randn(30, 5))  # skipped
         assert not torch.equal(state, torch.get_rng_state())
+
+
+class CRNN(nn.Module):
+    """Conv features per image column, then a time-major LSTM: [B, 1, 8, T] in, [T, B, 6] out."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.norm = nn.BatchNorm2d(4)
+        self.rnn = nn.LSTM(4 * 8, 6)
+
+    def forward(self, images):
+        features = self.norm(self.conv(images)).relu()
+        batch, channels, height, time = features.shape
+        return self.rnn(features.permute(3, 0, 1, 2).reshape(time, batch, channels * height))[0]
+
+
+def test_dpl301_finds_a_time_axis_as_long_as_each_replicas_batch():
+    torch.manual_seed(0)
+    with runtime.checking(devices=2), pytest.raises(PitfallError) as raised:
+        nn.DataParallel(CRNN())(torch.randn(10, 1, 8, 5))  # per replica [5, 5, 6]: T equals the chunk
+    assert raised.value.code == "DPL301" and "the batch dimension is at dim 1" in raised.value.message
+
+
+def test_dpl301_on_an_uneven_last_batch_says_torchs_gather_raises_and_warn_goes_on():
+    torch.manual_seed(0)
+    model = CRNN().eval()
+    images = torch.randn(3, 1, 8, 5)
+    with runtime.checking(devices=2), pytest.raises(PitfallError) as raised:
+        nn.DataParallel(model)(images)
+    assert raised.value.message.startswith(
+        "forward returned [5, 2, 6], [5, 1, 6] per replica (output) for a batch of 3 split [2, 1]: the batch is at "
+        "dim 1 of the output, so on GPUs DataParallel's gather along dim 0 raises a size mismatch on this uneven batch"
+    )
+    with runtime.checking(devices=2, action="warn"), pytest.warns(PitfallWarning, match="DPL301.*raises a size mismatch"):
+        out = nn.DataParallel(model)(images)
+    with torch.no_grad():
+        single = torch.cat([model(images[:2]), model(images[2:])], dim=1)
+    torch.testing.assert_close(out.detach(), single)  # the batch concatenated where it is, as one device returns it

@@ -55,20 +55,43 @@ _TORCH_DIR: Optional[str] = None
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-def user_site(depth: int = 2) -> str:
-    """`file:line` of the innermost caller outside torch and dplint (the user's code)."""
+def _is_user_code(filename: str) -> bool:
     global _TORCH_DIR
     if _TORCH_DIR is None:
         import torch
 
         _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-    frame = sys._getframe(depth)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not (filename.startswith(_TORCH_DIR) or filename.startswith(_OWN_DIR) or filename.startswith("<")):
-            return f"{display_path(filename)}:{frame.f_lineno}"
+    return not (filename.startswith(_TORCH_DIR) or filename.startswith(_OWN_DIR) or filename.startswith("<"))
+
+
+def _user_frame(frame: Any) -> Any:
+    while frame is not None and not _is_user_code(frame.f_code.co_filename):
         frame = frame.f_back
-    return "<unknown>"
+    return frame
+
+
+def _site(frame: Any) -> str:
+    return f"{display_path(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "<unknown>"
+
+
+def user_site(depth: int = 2) -> str:
+    """`file:line` of the innermost caller outside torch and dplint (the user's code)."""
+    return _site(_user_frame(sys._getframe(depth)))
+
+
+_SAVE_HELPER = ("save", "checkpoint", "ckpt")
+
+
+def guard_site(depth: int = 2) -> str:
+    """Where a rank guard for this save goes: the user's line, or, when that line is inside a function named
+    for saving (`save_checkpoint`), its caller's, outward: a save helper saves whenever it is called."""
+    frame = _user_frame(sys._getframe(depth))
+    while frame is not None and any(word in frame.f_code.co_name.lower() for word in _SAVE_HELPER):
+        caller = _user_frame(frame.f_back)
+        if caller is None:
+            break
+        frame = caller
+    return _site(frame)
 
 
 def display_path(filename: str) -> str:

@@ -26,7 +26,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader, DistributedSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
-from dplint.distributed.channel import Channel, user_site
+from dplint.distributed.channel import Channel, guard_site, user_site
 from dplint.distributed.errors import DistributedPitfall, PeerFailed, SetupError
 from dplint.distributed.launcher import ALL_CHECKS
 from dplint.runtime import devices
@@ -626,7 +626,7 @@ def _save(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]
             path = os.path.realpath(os.fspath(f))
             if path not in rank.saved:
                 rank.saved.add(path)
-                rank.channel.event("save", path=path, where=user_site())
+                rank.channel.event("save", path=path, where=guard_site())
         return original(obj, f, *args, **kwargs)
 
     return save

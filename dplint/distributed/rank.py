@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 from dataclasses import asdict
-from typing import Any, Callable, Dict, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 
 def _end_with(launcher: int) -> None:
@@ -62,6 +62,20 @@ def _where(error: BaseException) -> str:
             if os.path.basename(frame.filename) != "runpy.py":
                 return f"{display_path(frame.filename)}:{frame.lineno}"
     return "<unknown>"
+
+
+def _caught_error(exit: SystemExit) -> Optional[BaseException]:
+    """The error a wrapper caught before exiting: the first in the exit's chain (`__cause__`, else
+    `__context__`), where it was raised, if that is in the user's code."""
+    original = None
+    error: Optional[BaseException] = exit.__cause__ or exit.__context__
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if _where(error) != "<unknown>":
+            original = error
+        error = error.__cause__ or error.__context__
+    return original
 
 
 def _print_user_traceback(error: BaseException) -> None:
@@ -173,7 +187,11 @@ def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Se
     except SystemExit as exit:
         status = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
         if status:
-            _publish_failure(channel, SystemExit(f"the script exited with status {status}").with_traceback(exit.__traceback__))
+            caught = _caught_error(exit)
+            # A wrapper (`except Exception: sys.exit(1)`, hydra, fire) caught the error: its line is the user's, not the exit's.
+            _publish_failure(
+                channel, caught or SystemExit(f"the script exited with status {status}").with_traceback(exit.__traceback__)
+            )
     except BaseException as error:  # noqa: B902 - every failure is reported to the launcher
         if not _quiet(channel, error):
             _print_user_traceback(error)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+import io
 import threading
 import warnings
 import weakref
@@ -96,6 +97,9 @@ _hook_handles: List[Any] = []
 # Bumped whenever a parameter or buffer may have been added or moved; DPL103 re-checks only then.
 _generation = [0]
 _warning_registry: Dict[Any, Any] = {}  # shows each advice once per place, not once per training step
+# DPL309's BatchNorm advice is the same for every BatchNorm model: said once per process (a pytest
+# session), not once per model, call or test.
+_batch_norm_advised = [False]
 _device_checks: "weakref.WeakKeyDictionary[nn.DataParallel, Tuple[str, Optional[str]]]" = weakref.WeakKeyDictionary()
 _unknown_dim_reported: "weakref.WeakSet[nn.DataParallel]" = weakref.WeakSet()
 
@@ -339,6 +343,19 @@ def _leaves(outputs: Sequence[Any], where: str = "output") -> Iterator[Tuple[str
                 yield from _leaves([o[index] for o in outputs], f"{where}[{index}]")
 
 
+def _map_leaves(obj: Any, function: Callable[[str, torch.Tensor], torch.Tensor], where: str = "output") -> Any:
+    """`obj` with each tensor replaced by `function(place, tensor)`, places named as `_leaves` names them."""
+    if isinstance(obj, torch.Tensor):
+        return function(where, obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, _map_leaves(v, function, f"{where}[{k!r}]")) for k, v in obj.items())
+    if simulation._is_namedtuple(obj):
+        return type(obj)(*(_map_leaves(o, function, f"{where}[{i}]") for i, o in enumerate(obj)))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_leaves(o, function, f"{where}[{i}]") for i, o in enumerate(obj))
+    return obj
+
+
 def _tensors(obj: Any, where: str) -> Iterator[Tuple[str, torch.Tensor]]:
     """Every tensor inside inputs as scatter walks them, with its place."""
     if isinstance(obj, torch.Tensor):
@@ -439,9 +456,12 @@ class _Call:
         before = [module_state.snapshot(replica) for replica in replicas]
         rng = torch.get_rng_state() if self.rows_checked else None
         outputs = wrapper.parallel_apply(replicas, scattered, scattered_kwargs)
-        self.check_outputs(outputs, sizes, scattered, scattered_kwargs)
+        refused = self.check_outputs(outputs, sizes, scattered, scattered_kwargs)
         self.check_state(replicas, before)
-        gathered = wrapper.gather(outputs, getattr(wrapper, "output_device", None))
+        if refused:  # warned, not raised: torch's gather would raise
+            gathered = self.gather_as_a_single_device_would(outputs, getattr(wrapper, "output_device", None), refused)
+        else:
+            gathered = wrapper.gather(outputs, getattr(wrapper, "output_device", None))
         if rng is not None:
             self.check_rows(inputs, kwargs, gathered, rng)
         return gathered
@@ -502,62 +522,100 @@ class _Call:
                 self.report("DPL304", messages.forward_mutates_module_state(type(self.module).__name__, changes))
                 return
 
-    def check_outputs(self, outputs: Sequence[Any], sizes: Optional[List[int]], scattered: Sequence[Any], scattered_kwargs: Sequence[Any]) -> None:
-        """DPL305 for 0-dim outputs, DPL301 for outputs whose batch is not at the gather dim."""
+    def check_outputs(self, outputs: Sequence[Any], sizes: Optional[List[int]], scattered: Sequence[Any], scattered_kwargs: Sequence[Any]) -> Dict[str, int]:
+        """DPL305 for 0-dim outputs, DPL301 for outputs whose batch is not at the gather dim.
+
+        Returns the outputs whose gather torch would refuse (uneven chunks with the batch elsewhere),
+        each with the dim its batch is at, for `gather_as_a_single_device_would` under action="warn"."""
+        refused: Dict[str, int] = {}
         for where, tensors in _leaves(outputs):
             if all(t.dim() == 0 for t in tensors):
                 self.report("DPL305", messages.scalar_output(where, len(tensors), sizes or []))
                 continue
             if sizes is None or len(sizes) != len(tensors) or any(t.dim() <= self.dim for t in tensors):
                 continue
-            if all(t.size(self.dim) == size for t, size in zip(tensors, sizes)):
+            at_dim = all(t.size(self.dim) == size for t, size in zip(tensors, sizes))
+            candidates = [
+                d
+                for d in range(tensors[0].dim())
+                if d != self.dim and all(t.dim() > d and t.size(d) == size for t, size in zip(tensors, sizes))
+            ]
+            if not candidates:
+                continue  # not per-sample output, or the batch is at the gather dim alone
+            if at_dim and tensors[0].dim() < 3:
+                # [batch, classes] with as many classes as the chunk has samples: far likelier than a
+                # transposed output, and not worth two more forwards on every such call.
                 continue
-            moved_to = next(
-                (
-                    d
-                    for d in range(tensors[0].dim())
-                    if d != self.dim and all(t.dim() > d and t.size(d) == size for t, size in zip(tensors, sizes))
-                ),
-                None,
-            )
-            if moved_to is None:
-                continue  # not per-sample output: nothing says the batch moved
-            if len(set(sizes)) == 1 and not self.batch_went_to(where, moved_to, sizes[0], scattered[0], scattered_kwargs[0]):
-                continue  # equal sizes by coincidence: the batch is not there
-            gathered = list(tensors[0].shape)
-            gathered[self.dim] = sum(t.size(self.dim) for t in tensors)
-            message = messages.batch_dim_moved(where, list(tensors[0].shape), gathered, sum(sizes), self.dim, moved_to)
+            if at_dim or len(set(sizes)) == 1:
+                # Sizes cannot tell (a time axis as long as the chunk): follow the samples themselves.
+                moved_to = self.rows_went_to(where, candidates, sizes[0], scattered[0], scattered_kwargs[0])
+                if moved_to is None:
+                    continue
+            else:
+                moved_to = candidates[0]
+            shapes = [list(t.shape) for t in tensors]
+            if len(set(sizes)) == 1:
+                gathered = list(tensors[0].shape)
+                gathered[self.dim] = sum(t.size(self.dim) for t in tensors)
+                message = messages.batch_dim_moved(where, shapes[0], gathered, sum(sizes), self.dim, moved_to)
+            else:
+                message = messages.batch_dim_moved_uneven(where, shapes, sizes, self.dim, moved_to)
+                refused[where] = moved_to
             self.report("DPL301", message)
+        return refused
+
+    def gather_as_a_single_device_would(self, outputs: List[Any], output_device: Any, refused: Dict[str, int]) -> Any:
+        """Under action="warn", the outputs torch's gather refuses are concatenated along their batch dim
+        instead (what one device returns), so the warned test or script goes on."""
+
+        def swap(where: str, tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.transpose(self.dim, refused[where]) if where in refused else tensor
+
+        gathered = self.wrapper.gather([_map_leaves(output, swap) for output in outputs], output_device)
+        return _map_leaves(gathered, swap)
 
     def isolated_copy(self) -> nn.Module:
         """A replica with copies of every parameter and buffer: running it changes nothing outside."""
         return simulation.replicate(self.module, 2, detach=True)[1]
 
-    def run_isolated(self, inputs: Any, kwargs: Dict[str, Any]) -> Any:
+    def run_isolated(self, inputs: Any, kwargs: Dict[str, Any], training: bool = True) -> Any:
         """One forward of an isolated copy, without gradients, warnings or a trace in the RNG; None if it fails."""
         with torch.random.fork_rng(devices=[]), torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             token = _settings.set(())
             try:
                 positional = inputs if isinstance(inputs, (list, tuple)) else (inputs,)
-                return self.isolated_copy()(*positional, **kwargs)
+                copy = self.isolated_copy()
+                return copy(*positional, **kwargs) if training else copy.eval()(*positional, **kwargs)
             except Exception:
                 return None
             finally:
                 _settings.reset(token)
 
-    def batch_went_to(self, where: str, moved_to: int, size: int, chunk: Any, chunk_kwargs: Dict[str, Any]) -> bool:
-        """Whether `moved_to` holds the batch: it grows by one when the first chunk gets one more row."""
+    def rows_went_to(self, where: str, candidates: Sequence[int], size: int, chunk: Any, chunk_kwargs: Dict[str, Any]) -> Optional[int]:
+        """Which dim of the output holds the chunk's samples, found by moving each sample one row on (a roll
+        along the split dim) in eval mode: the output's rows move with them along the batch dim; None when
+        that is the gather dim or nothing tells (equal samples, samples that mix)."""
 
-        def one_more_row(tensor: torch.Tensor) -> torch.Tensor:
+        def rolled(tensor: torch.Tensor) -> torch.Tensor:
             if tensor.dim() <= self.dim or tensor.size(self.dim) != size:
                 return tensor
-            return torch.cat([tensor, tensor.narrow(self.dim, 0, 1)], self.dim)
+            return tensor.roll(1, self.dim)
 
-        probe = self.run_isolated(_map_tensors(chunk, one_more_row), _map_tensors(chunk_kwargs, one_more_row))
-        found = dict(_leaves([probe])) if probe is not None else {}
-        tensor = found.get(where, [None])[0]
-        return tensor is not None and tensor.dim() > moved_to and tensor.size(moved_to) == size + 1
+        # A forward's prints from these two probes would read as forwards DataParallel made (the tutorial's).
+        with contextlib.redirect_stdout(io.StringIO()):
+            before = self.run_isolated(chunk, chunk_kwargs, training=False)
+            after = self.run_isolated(_map_tensors(chunk, rolled), _map_tensors(chunk_kwargs, rolled), training=False)
+        reference = dict(_leaves([before])).get(where, [None])[0] if before is not None else None
+        moved = dict(_leaves([after])).get(where, [None])[0] if after is not None else None
+        if reference is None or moved is None or reference.shape != moved.shape:
+            return None
+        for d in (self.dim, *candidates):
+            expected = reference.roll(1, d)
+            exact = not (expected.is_floating_point() or expected.is_complex())
+            if torch.equal(moved, expected) if exact else float((moved - expected).abs().max()) <= _tolerance(expected):
+                return None if d == self.dim else d
+        return None
 
     def check_rows(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any], gathered: Any, rng: torch.Tensor) -> None:
         """DPL309: the gathered output against one forward of the whole batch (no grad, same RNG state)."""
@@ -575,6 +633,9 @@ class _Call:
                     isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training for m in self.module.modules()
                 )
                 time_major = self.dim == 0 and any(getattr(m, "batch_first", True) is False for m in self.module.modules())
+                if batch_norm and _batch_norm_advised[0]:
+                    return
+                _batch_norm_advised[0] = _batch_norm_advised[0] or batch_norm
                 cause = messages.CAUSE_BATCH_NORM if batch_norm else messages.CAUSE_TIME_MAJOR if time_major else messages.CAUSE_MIXING
                 self.report("DPL309", messages.rows_not_independent(where, self.dim, difference, cause), advice=batch_norm)
                 return

@@ -30,6 +30,17 @@ def batch_dim_moved(where: str, per_replica: Sequence[int], gathered: Sequence[i
     )
 
 
+def batch_dim_moved_uneven(where: str, per_replica: Sequence[Sequence[int]], chunks: Sequence[int], dim: int, moved_to: int) -> str:
+    """DPL301 on a batch that splits unevenly: there torch's gather fails instead of mixing samples."""
+    shapes = ", ".join(str(list(shape)) for shape in per_replica)
+    return (
+        f"forward returned {shapes} per replica ({where}) for a batch of {sum(chunks)} split {list(chunks)}: the "
+        f"batch is at dim {moved_to} of the output, so on GPUs DataParallel's gather along dim {dim} raises a size "
+        "mismatch on this uneven batch (and silently mixes samples on even ones); permute back before returning, "
+        "and apply the permute after the DataParallel call."
+    )
+
+
 def prefix_mismatch(expected: AbstractSet[str], given: AbstractSet[str]) -> Optional[str]:
     """DPL303: how a state_dict's keys differ from the model's by the `module.` prefix, if they do."""
     if not expected or not given or expected == given:
@@ -108,7 +119,8 @@ def rows_not_independent(where: str, dim: int, difference: float, cause: str) ->
 
 CAUSE_BATCH_NORM = (
     "BatchNorm in training mode normalises each replica's chunk with its own statistics, as on real GPUs: "
-    "use `nn.SyncBatchNorm` with DistributedDataParallel, or larger per-device batches."
+    "use `nn.SyncBatchNorm` with DistributedDataParallel, or larger per-device batches (said once: this holds "
+    "for every BatchNorm model)."
 )
 CAUSE_TIME_MAJOR = (
     "a `batch_first=False` layer takes a time-major [S, B, ...] input, so dim 0 splits the sequence: wrap with "
