@@ -48,7 +48,9 @@ class WrapperAttributeAccess(Rule):
     of the project) seen from the class's other methods. A wrap is followed into the calls that return
     it (`model = build_model(args)` where `build_model` returns a wrapper, also from another file),
     into objects (`trainer.model.fc` after `trainer = Trainer(net)` whose `__init__` wraps
-    `self.model`) and out of lists of wrappers (`self.heads[i].fc`, `for head in self.heads:`). `nn.Module` methods and the wrappers' own
+    `self.model`), out of lists of wrappers (`self.heads[i].fc`, `for head in self.heads:`), and into
+    a parameter of a top-level function to which every call in the project passes a wrapper
+    (`def evaluate(model)` called as `evaluate(nn.DataParallel(net))`). `nn.Module` methods and the wrappers' own
     attributes (`train`, `parameters`, `state_dict`, `to`, `device_ids`, `module`, `no_sync`, …) are
     fine, and so is code that tells the cases apart: `hasattr(m, "module")`, `isinstance(m, ...)`,
     `getattr(m, "module", m)`, `m.module if ... else m`, or the other branch of the wrap's condition.
@@ -75,8 +77,10 @@ class WrapperAttributeAccess(Rule):
     ```
 
     ## Known problems
-    A wrapper passed in as an argument is not followed, nor one returned by a method, inside a tuple,
-    or stored in a dict. Base trainers are matched by class name. Not reported: a read of an attribute the same
+    A wrapper passed in as an argument is followed only when every use of the function in the project
+    is a call that passes one, and no file that wraps nothing imports the function's module (its calls
+    are not read); an import made inside a function is not seen. A wrapper returned by a method,
+    inside a tuple, or stored in a dict is not followed. Base trainers are matched by class name. Not reported: a read of an attribute the same
     function set on the name earlier (the wrapper has it then), code after `assert not distributed`
     when the wrap needed `distributed`, the branch where `isinstance(m, DataParallel)` is false, and a
     method that only `__init__` calls before it wraps (when the file calls it nowhere else).
@@ -277,6 +281,7 @@ class WrapperAttributeAccess(Rule):
             _WRAP_ASSIGNMENT.search(text) is not None
             or any(project.attribute_wraps.get(name) for name in module_classes)
             or any(f"{name}(" in text for name in project.wrap_makers)
+            or any(f"def {name}(" in text for name in project.wrapper_receivers)
         )
 
     def check(self, ctx: FileContext) -> Iterator[Report]:

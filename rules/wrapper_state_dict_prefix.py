@@ -50,7 +50,9 @@ class WrapperStateDictPrefix(Rule):
     as do wraps with `.cuda()`/`.to(device)` chained on them and `self.model = DataParallel(...)`
     made in another method or a base trainer, a project function that returns a wrapper
     (`model = build_model(args)`, also from another file), an object whose class wraps `self.model` in
-    `__init__` (`trainer.model.state_dict()`), and an element of a list of wrappers. Also checks for
+    `__init__` (`trainer.model.state_dict()`), an element of a list of wrappers, and a parameter of a
+    top-level function to which every call in the project passes a wrapper (`train(model, loader)` in
+    `engine.py`, called as `train(nn.DataParallel(net), loader)` from `main.py`). Also checks for
     the `module.` prefix stripped by hand: `k[7:]`, `k[len("module."):]`, `k.replace("module.", "")`
     (or `str.replace(k, "module.", "")`), `k.split("module.", 1)[-1]`, `k.lstrip("module.")`,
     `".".join(k.split(".")[1:])` over a checkpoint's keys, in loops or dict comprehensions, and
@@ -88,8 +90,10 @@ class WrapperStateDictPrefix(Rule):
     ```
 
     ## Known problems
-    A wrapper passed in as an argument is not followed, nor one returned by a method or inside a
-    tuple. A save whose
+    A wrapper passed in as an argument is followed only when every use of the function in the project
+    is a call that passes one, and no file that wraps nothing imports the function's module (its calls
+    are not read); an import made inside a function is not seen. A wrapper returned by a method or
+    inside a tuple is not followed. A save whose
     branch tells the cases apart (`hasattr(m, "module")`, `isinstance(m, ...)`, a branch reaching
     `m.module`, the other branch of the wrap's own condition) is taken as handled.
     """
@@ -109,6 +113,7 @@ class WrapperStateDictPrefix(Rule):
             _WRAP_CALL.search(text) is not None
             or any(project.attribute_wraps.get(name) for name in module_classes)
             or any(f"{name}(" in text for name in project.wrap_makers)
+            or any(f"def {name}(" in text for name in project.wrapper_receivers)
         )
 
     VALID = [
@@ -246,6 +251,18 @@ class WrapperStateDictPrefix(Rule):
         Invalid(
             """
             import torch
+            import torch.nn as nn
+
+            def train(model, loader, path):
+                torch.save(model.state_dict(), path)
+
+            train(nn.DataParallel(Net()).cuda(), loader, "ckpt.pt")
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            import torch
             checkpoint = torch.load("ckpt.pt", map_location="cpu")
             state = {".".join(k.split(".")[1:]): v for k, v in checkpoint["state_dict"].items()}
             """,
@@ -254,7 +271,7 @@ class WrapperStateDictPrefix(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        makers = (f"{name}(" for name in ctx.project.wrap_makers)
+        makers = (f"{name}(" for name in ctx.project.wrap_makers | ctx.project.wrapper_receivers)
         if any(wrap_text in ctx.source for wrap_text in ("DataParallel", "DDP", "self.")) or any(m in ctx.source for m in makers):
             for points in scopes(ctx):
                 yield from self._saves(ctx, points)

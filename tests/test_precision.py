@@ -884,6 +884,49 @@ DPL303_CASES = {
         """,
         [(4, "DPL303"), (5, "DPL303"), (6, "DPL303"), (7, "DPL303"), (11, "DPL303"), (13, "DPL303")],
     ),
+    "a parameter every call passes a wrapper (possibly) holds one": (
+        """
+        import torch
+        import torch.nn as nn
+
+        def save(model, path):
+            torch.save(model.state_dict(), path)
+
+        def main(args):
+            model = Net()
+            if args.ngpu > 1:
+                model = nn.DataParallel(model)
+            save(model, "a.pt")
+            save(path="b.pt", model=model.cuda())
+        """,
+        [(5, "DPL303")],
+    ),
+    "a parameter some call passes a plain model, or that is copied on the other branch of the wrap's test": (
+        """
+        import torch
+        import torch.nn as nn
+
+        def save(model, path):
+            torch.save(model.state_dict(), path)
+
+        def train(conf, generator):
+            if conf.distributed:
+                g_module = generator.module
+            else:
+                g_module = generator
+            torch.save({"g": g_module.state_dict()}, "g.pt")
+
+        def main(conf):
+            net = Net()
+            save(nn.DataParallel(net), "a.pt")
+            save(net, "b.pt")
+            generator = Net()
+            if conf.distributed:
+                generator = nn.parallel.DistributedDataParallel(generator)
+            train(conf, generator)
+        """,
+        [],
+    ),
     "slices and replacements outside a state dict's keys are not stripping": (
         """
         header = line[7:]

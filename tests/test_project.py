@@ -185,3 +185,62 @@ def test_a_wrapper_returned_or_held_by_an_object_of_another_file_is_followed(tmp
     result = dplint("--no-cache", "--select", "DPL302,DPL303", "train.py", cwd=tmp_path)
     assert codes(result) == ["train.py:5:1 DPL302", "train.py:7:27 DPL303"]
     assert "(`build()`, engine/parallel.py:5)" in result.stdout
+
+
+ENGINE = (
+    "import torch\n\n\ndef train(model, loader, path='m.pt'):\n    for batch in loader:\n        model(batch)\n"
+    "    torch.save(model.state_dict(), path)\n"
+)
+
+
+def wrapper_passed(tmp_path, engine=ENGINE, **files):
+    write(tmp_path, "pyproject.toml", "[project]\nname = 'cls'\n")
+    write(tmp_path, "engine.py", engine)
+    write(tmp_path, "main.py", "import torch.nn as nn\nfrom engine import train\n\nmodel = nn.DataParallel(Net()).cuda()\ntrain(model, loader)\n")
+    for name, text in files.items():
+        write(tmp_path, f"{name}.py", text)
+    return dplint("--no-cache", "--select", "DPL303", ".", cwd=tmp_path)
+
+
+def test_a_wrapper_every_call_passes_to_a_function_of_another_file_is_followed(tmp_path):
+    assert codes(wrapper_passed(tmp_path)) == ["engine.py:7:16 DPL303"]
+    result = wrapper_passed(
+        tmp_path,
+        finetune="import torch.nn as nn\nimport engine\n\n\ndef run(args):\n    net = Net()\n    if args.ngpu > 1:\n"
+        "        net = nn.DataParallel(net)\n    engine.train(loader=data, model=net)\n",
+    )
+    assert codes(result) == ["engine.py:7:16 DPL303"], result.stdout
+    assert "may save `module.` keys (DataParallel on " in result.stdout
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "from engine import train\n\ntrain(Net(), loader)\n",  # a plain model, in a file that wraps nothing
+        "from engine import train\n",  # imported, its use unread
+        "import torch.nn as nn\nfrom engine import train\n\nnn.DataParallel(Net())\ntrain(build(), loader)\n",  # unknown
+        "import torch.nn as nn\nimport torch.multiprocessing as mp\nfrom engine import train\n\n"
+        "mp.spawn(train, args=(nn.DataParallel(Net()),))\n",  # handed on, called elsewhere
+        "import torch.nn as nn\nfrom engine import *\n\nnn.DataParallel(Net())\n",
+        "import torch.nn as nn\nfrom engine import train\n\nmodel = Net()\nif multi:\n    model = nn.DataParallel(model)\n"
+        "else:\n    train(model, loader)\n",  # the other branch of the wrap's own test
+    ],
+)
+def test_a_function_that_may_receive_a_plain_model_is_not_followed(tmp_path, other):
+    assert codes(wrapper_passed(tmp_path, other=other)) == []
+
+
+def test_a_function_its_own_file_calls_with_a_plain_model_is_not_followed(tmp_path):
+    result = wrapper_passed(tmp_path, engine=ENGINE + "\n\nif __name__ == '__main__':\n    train(Net(), [])\n")
+    assert codes(result) == [], result.stdout
+
+
+def test_a_function_a_package_re_exports_is_not_followed(tmp_path):
+    # `cls/__init__.py` wraps too (it is read), but hands `train` on to importers of `cls` it cannot see.
+    write(tmp_path, "cls/__init__.py", "import torch.nn as nn\nfrom .engine import train\n\nshared = nn.DataParallel(Net())\n")
+    write(tmp_path, "cls/engine.py", ENGINE)
+    write(tmp_path, "cls/main.py", "import torch.nn as nn\nfrom .engine import train\n\ntrain(nn.DataParallel(Net()), loader)\n")
+    write(tmp_path, "pyproject.toml", "[project]\nname = 'cls'\n")
+    assert codes(dplint("--no-cache", "--select", "DPL303", ".", cwd=tmp_path)) == []
+    write(tmp_path, "cls/__init__.py", "")
+    assert codes(dplint("--no-cache", "--select", "DPL303", ".", cwd=tmp_path)) == ["cls/engine.py:7:16 DPL303"]

@@ -28,6 +28,7 @@ from typing import (
     Sequence,
     Set,
     Tuple,
+    Union,
 )
 
 from dplint.analysis.modules import ModuleIndex
@@ -122,6 +123,23 @@ class ReturnedWrap:
     conditions: Tuple[Tuple[str, bool], ...] = ()
 
 
+# Which argument of a call (a position, or a keyword's name) receives a wrapper, which wrapper, and
+# the line and branch conditions of its wrap in the calling file.
+WrappedSlot = Tuple[Union[int, str], str, int, Tuple[Tuple[str, bool], ...]]
+
+
+@dataclass(frozen=True)
+class WrapperArguments:
+    """A call that passes a DataParallel/DDP wrapper to a function that may be the project's
+    (`train(nn.DataParallel(net), loader)`, `engine.train(model)` after `model = DDP(model)`): the
+    function as the calling file names it (`engine.train`, or `train` for its own), at path:line."""
+
+    function: str
+    path: str
+    line: int
+    slots: Tuple[WrappedSlot, ...]
+
+
 @dataclass(frozen=True)
 class ClassInfo:
     name: str
@@ -142,6 +160,10 @@ class FileFacts:
     distributed: Optional["DistributedFileFacts"] = None
     attribute_wraps: Tuple[AttributeWrap, ...] = ()
     returned_wraps: Tuple[ReturnedWrap, ...] = ()
+    wrapper_arguments: Tuple[WrapperArguments, ...] = ()
+    # The names of functions (as qualified above; `module.*` for a star import) this file uses other
+    # than in `wrapper_arguments`; None where the file was not read for them (it wraps nothing).
+    other_references: Optional[Tuple[str, ...]] = None
 
     @property
     def imports_torch_directly(self) -> bool:
@@ -233,10 +255,21 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
         visitor.visit(tree)
         attribute_wraps = scan_attribute_wraps(tree, text, visitor.qualify, path)
         returned_wraps = scan_returned_wraps(tree, text, visitor.qualify, path)
+        wrapper_arguments, other_references = scan_wrapper_arguments(tree, text, visitor, path)
     except RecursionError:  # the file's own check reports it as DPL000 "too deeply nested"
         return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values, distributed=distributed)
     return FileFacts(
-        module_name, filename, imports, classes, tuple(visitor.wraps), tensor_values, distributed, attribute_wraps, returned_wraps
+        module_name,
+        filename,
+        imports,
+        classes,
+        tuple(visitor.wraps),
+        tensor_values,
+        distributed,
+        attribute_wraps,
+        returned_wraps,
+        wrapper_arguments,
+        other_references,
     )
 
 # A wrap is a call of `DataParallel`/`data_parallel` (or `DistributedDataParallel`), by name or by an
@@ -680,6 +713,105 @@ def _names_told_apart(function: ast.FunctionDef) -> Set[str]:
     return names
 
 
+def scan_wrapper_arguments(
+    tree: ast.Module, text: str, visitor: "_WrapVisitor", path: str
+) -> Tuple[Tuple[WrapperArguments, ...], Tuple[str, ...]]:
+    """Calls that pass a wrapper to a function that may be the project's (imported by name or through
+    its module, or defined at this file's top level), and every other use of such a function: a call
+    passing no wrapper, a header's call, a reference (`spawn(train)`), a star import. An argument is a
+    wrapper when it is a wrap call, or a name whose latest assignment in its scope before the call is
+    one, on a path the call's own branch does not exclude; a name the scope tells apart (`m.module`,
+    `hasattr(m, ...)`) is not."""
+    own = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    def function_named(node: ast.AST) -> Optional[str]:
+        name = _ast_dotted(node)
+        if name is None:
+            return None
+        if name.partition(".")[0] not in visitor.aliases:
+            return name if name in own else None
+        qualified = visitor.qualify(node) or ""
+        if "." not in qualified or is_torch_module(qualified) or qualified.split(".")[0] in sys.stdlib_module_names:
+            return None
+        return qualified
+
+    uses: List[Tuple[int, str]] = []  # (node id, function) of every use
+    wrap_lines: List[int] = []
+    functions: List[ast.AST] = []
+    others: Set[str] = set()
+    imported: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            name = function_named(node)
+            if name is not None:
+                uses.append((id(node), name))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.append(node)
+        elif isinstance(node, ast.Call) and visitor.qualify(node.func) in ATTRIBUTE_WRAPPERS:
+            wrap_lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute_module(visitor.package, node.level, node.module or "")
+            # A star import, or one the file never uses (a package's `__init__` re-exporting the
+            # function), hands it to code not read here.
+            if module and not is_torch_module(module) and module.split(".")[0] not in sys.stdlib_module_names:
+                imported.update(f"{module}.{alias.name}" for alias in node.names)
+    used = {name for _, name in uses}
+    others.update(name for name in imported if name.endswith(".*") or name not in used)
+    if not uses:
+        return (), tuple(sorted(others))
+    found: List[WrapperArguments] = []
+    passing: Set[int] = set()  # the `func` of each call recorded as passing a wrapper
+    # Only a scope that holds a wrap can pass one (the walks below cost a tenth of the facts of torch's own tests).
+    wrapping = [f for f in functions if any(f.lineno <= line <= (f.end_lineno or f.lineno) for line in wrap_lines)]
+    for scope in (tree, *wrapping):
+        told: List[Set[str]] = []  # the names the scope tells apart, found when first needed
+
+        def told_apart(name: str, scope: ast.AST = scope, told: List[Set[str]] = told) -> bool:
+            if not told:
+                told.append(_names_told_apart(scope))
+            return name in told[0]
+
+        latest: Dict[str, Optional[Tuple[str, int, tuple]]] = {}  # name → its latest assignment's wrap
+
+        def wrap_of(value: ast.AST, conditions: tuple) -> Optional[Tuple[str, int, tuple]]:
+            wrap = _ast_wrap_in(value, visitor.qualify)
+            if wrap is not None:
+                return wrap[0], value.lineno, (*conditions, *wrap[1])
+            while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in MODULE_RETURNING_METHODS:
+                value = value.func.value  # `model.cuda()`: the same object
+            if isinstance(value, ast.Name) and latest.get(value.id) is not None and not told_apart(value.id):
+                return latest[value.id]
+            return None
+
+        def visit(statement: ast.stmt, conditions: tuple) -> None:
+            for call in ast.walk(statement):
+                function = function_named(call.func) if isinstance(call, ast.Call) else None
+                if function is None:
+                    continue
+                slots: List[WrappedSlot] = []
+                arguments = [(i, arg) for i, arg in enumerate(call.args)]
+                starred = next((i for i, arg in arguments if isinstance(arg, ast.Starred)), len(arguments))
+                # After a `*args`, positions are unknown; a `**kwargs` hides no explicit keyword.
+                for slot, value in (*arguments[:starred], *((k.arg, k.value) for k in call.keywords if k.arg is not None)):
+                    wrap = wrap_of(value, conditions)
+                    if wrap is not None and not _excluded(wrap[2], conditions):
+                        slots.append((slot, wrap[0], wrap[1], _condition_texts(text, wrap[2])))
+                if slots:
+                    passing.add(id(call.func))
+                    found.append(WrapperArguments(function, path, call.lineno, tuple(slots)))
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+                latest[statement.targets[0].id] = wrap_of(statement.value, conditions)
+
+        _walk_conditions(scope.body, (), visit)
+    others.update(name for node, name in uses if node not in passing)
+    return tuple(found), tuple(sorted(others))
+
+
+def _excluded(needed: tuple, taken: tuple) -> bool:
+    """Whether the path taken is the other branch of a test the wrap needed."""
+    return any(holds != other_holds and ast.dump(test) == ast.dump(other) for test, holds in needed for other, other_holds in taken)
+
+
 class ProjectFacts:
     """What the whole project says, for the rules of any one file.
 
@@ -796,6 +928,59 @@ class ProjectFacts:
         filename = self.index.resolve(module, from_file) if module else from_file
         facts = self.files.get(filename) if filename else None
         return next((wrap for wrap in facts.returned_wraps if wrap.function == function), None) if facts else None
+
+    @cached_property
+    def _wrapper_arguments(self) -> Mapping[Tuple[str, str], Tuple[WrapperArguments, ...]]:
+        """(defining file, function) → the calls that pass it a wrapper."""
+        found: Dict[Tuple[str, str], List[WrapperArguments]] = {}
+        for facts in self.files.values():
+            for call in facts.wrapper_arguments:
+                target = self._function_target(call.function, facts.filename)
+                if target is not None:
+                    found.setdefault(target, []).append(call)
+        return {target: tuple(calls) for target, calls in found.items()}
+
+    def _function_target(self, qualified: str, from_file: str) -> Optional[Tuple[str, str]]:
+        module, _, function = qualified.rpartition(".")
+        filename = self.index.resolve(module, from_file) if module else from_file
+        return (filename, function) if filename else None
+
+    @cached_property
+    def wrapper_receivers(self) -> FrozenSet[str]:
+        """Names of project functions that some call passes a wrapper to (a cheap prefilter)."""
+        return frozenset(function for _, function in self._wrapper_arguments)
+
+    def wrapper_arguments_of(self, filename: str, function: str) -> Tuple[WrapperArguments, ...]:
+        """The calls that pass a wrapper to the top-level `function` of `filename`, when nothing else in
+        the project may use it: no other use in a file read for calls, and no import of its module by a
+        file not read for them (one that wraps nothing). The defining file itself, when not read, is
+        its caller's to check. Empty when there is no such call or another use may exist: a function
+        called with a plain model, or from code we cannot read, takes both."""
+        calls = self._wrapper_arguments.get((filename, function), ())
+        if not calls:
+            return ()
+        for other, facts in self.files.items():
+            if facts.other_references is not None:
+                for name in facts.other_references:
+                    module, _, last = name.rpartition(".")
+                    if last in (function, "*") and (self.index.resolve(module, other) if module else other) == filename:
+                        return ()
+            elif other != filename and self._may_import(facts, filename):
+                return ()
+        return calls
+
+    def _may_import(self, facts: FileFacts, filename: str) -> bool:
+        """Whether `facts`' file imports the module `filename`, or its package (`from pkg import engine`)."""
+        stem = os.path.splitext(os.path.basename(filename))[0]
+        folder = os.path.basename(os.path.dirname(filename))
+        lazy = facts.distributed.lazy_imports if facts.distributed is not None else ()
+        for module in (*facts.imports, *lazy):
+            if module.rpartition(".")[2] in (stem, folder) and filename in (
+                self.index.resolve(module, facts.filename),
+                self.index.resolve(f"{module}.{stem}", facts.filename),
+            ):
+                return True
+        return False
 
     def inherited_attribute_wraps(self, class_name: str) -> Dict[str, Tuple[AttributeWrap, ...]]:
         """`self.<attr>` wraps a method of `class_name` may see: attribute → wraps (own and inherited)."""
@@ -1014,13 +1199,27 @@ def _run_calls(text: str) -> Tuple[str, ...]:
     return tuple(sorted(names - _BUILTIN_NAMES))
 
 
+def _parsed(text: str) -> Optional[ast.Module]:
+    """The file's `ast`, or None when it does not parse. The scans of one file share it: parsing torch's
+    distributed modules is most of what they cost."""
+    if _parsed.text is not text:
+        _parsed.text = text
+        try:
+            _parsed.tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            _parsed.tree = None
+    return _parsed.tree
+
+
+_parsed.text = _parsed.tree = None  # type: ignore[attr-defined]
+
+
 def _group_starts(text: str) -> Tuple[bool, Tuple[str, ...]]:
     """Whether the file's code, when it runs, starts a process group or wraps a model in DDP/FSDP (a
     call, not a comment or a string), and which of its top-level functions and classes do when called.
     Calls inside the file are followed by name: `main()` under the `__main__` guard calling `setup()`."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = _parsed(text)
+    if tree is None:
         return False, ()
 
     def called(node: ast.AST) -> Set[str]:
@@ -1045,7 +1244,8 @@ def _group_starts(text: str) -> Tuple[bool, Tuple[str, ...]]:
 
 # `dist.get_rank()`, and Horovod's `hvd.rank()`/`hvd.local_rank()`.
 _RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank", "rank", "local_rank"})
-_PREDICATE_DEF = re.compile(r"^def[ \t]+\w+[ \t]*\([ \t]*\)", re.M)
+# An argument-less top-level function with its body: the `def` line and the indented or blank lines after it.
+_PREDICATE_DEF = re.compile(r"^def[ \t]+\w+[ \t]*\([ \t]*\)[^\n]*\n(?:[ \t]+[^\n]*\n|[ \t]*\n)*", re.M)
 
 
 def _rank_predicates(text: str) -> Tuple[str, ...]:
@@ -1053,14 +1253,17 @@ def _rank_predicates(text: str) -> Tuple[str, ...]:
     `return` compares a rank with a constant (`return get_rank() == 0`, `return dist.get_rank() == 0 if
     dist.is_initialized() else True`), or returns True or False where one of them stands under such a
     test (`if dist.get_rank() == 0: return True` ... `return False`)."""
-    if "rank" not in text or _PREDICATE_DEF.search(text) is None:
-        return ()
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    if "rank" not in text:
         return ()
     found = []
-    for function in tree.body:
+    # Only the candidate functions are parsed: the whole file would cost seconds over torch's sources.
+    for match in _PREDICATE_DEF.finditer(text):
+        if "rank" not in match.group():
+            continue
+        try:
+            function = ast.parse(match.group()).body[0]
+        except (SyntaxError, ValueError, RecursionError, MemoryError, IndexError):
+            continue
         if not isinstance(function, ast.FunctionDef) or function.args.args or function.args.posonlyargs:
             continue
         returns = [node.value for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
@@ -1107,16 +1310,22 @@ _LOCAL_RANK_PASSING_LAUNCHERS = frozenset({"deepspeed"})
 _SPAWNERS = frozenset({"spawn", "start_processes"})
 
 
+# What `_local_rank_uses` looks for, in text: a file with none of it is not parsed.
+_LOCAL_RANK_HINT = GuardedPattern(
+    r"local_rank|deepspeed|\bspawn[ \t]*\(|start_processes[ \t]*\(|%[ \t]*[\w.]*device_count[ \t]*\(",
+    ["local_rank", "deepspeed", "spawn", "start_processes", "device_count"],
+)
+
+
 def _local_rank_uses(text: str) -> Tuple[bool, bool]:
     """Whether the code (not its comments or strings) reads a parsed `local_rank`, and whether it has
     another source of the local rank: the attribute overwritten (`args.local_rank = dist.get_rank() %
     n`), a fallback (`args.local_rank or rank % torch.cuda.device_count()`), a rank taken modulo the
     device count, `mp.spawn`'s process index, or a launcher that passes `--local_rank` (DeepSpeed)."""
-    if "local_rank" not in text and "spawn" not in text and "start_processes" not in text and "device_count" not in text:
+    if _LOCAL_RANK_HINT.search(text) is None:
         return False, False
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = _parsed(text)
+    if tree is None:
         return False, False
     reads = other = False
     for node in ast.walk(tree):

@@ -329,7 +329,10 @@ class WrapFlow:
         while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in MODULE_RETURNING_METHODS:
             value = value.func.value  # `net = net.eval()`: the same wrapper
         name = holder(value)
-        return state.get(name, frozenset()) if name is not None else frozenset()
+        # A copy made on the other branch of the wrap's own test holds no wrapper (`if conf.distributed:
+        # g = generator.module` / `else: g = generator`, the generator wrapped by the caller under the same test).
+        held = state.get(name, frozenset()) if name is not None else frozenset()
+        return frozenset(site for site in held if site.possible_under(path))
 
     def _returned(self, value: cst.BaseExpression) -> Optional[WrapSite]:
         """The wrap returned by `build_model(args)` (`.cuda()` chained on it or not), a project function."""
@@ -543,13 +546,13 @@ def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
         found.update(own[name])
         return found
 
-    def walk(body: Body, cls: Optional[cst.ClassDef]) -> Iterator[Iterable[Point]]:
+    def walk(body: Body, cls: Optional[cst.ClassDef], top: bool = False) -> Iterator[Iterable[Point]]:
         early = _methods_run_before_the_wrap(ctx, cls, wraps_of(cls.name.value)) if cls is not None else frozenset()
         for statement in body:
             if isinstance(statement, cst.ClassDef):
                 yield from walk(block_body(statement.body), statement)
             elif isinstance(statement, cst.FunctionDef):
-                initial: Dict[str, FrozenSet[WrapSite]] = {}
+                initial: Dict[str, FrozenSet[WrapSite]] = parameter_wraps(ctx, statement) if top else {}
                 self_name = method_self(statement) if cls is not None else None
                 if cls is not None and self_name is not None and statement.name.value not in early:
                     initial = method_initial_state(
@@ -561,7 +564,49 @@ def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
                 for block in child_blocks(statement):
                     yield from walk(block, None)
 
-    yield from walk(ctx.module.body, None)
+    yield from walk(ctx.module.body, None, top=True)
+
+
+def parameter_wraps(ctx: FileContext, function: cst.FunctionDef) -> Dict[str, FrozenSet[WrapSite]]:
+    """The parameters of a top-level function to which every call in the project passes a wrapper (at
+    the wrap in the caller, under its conditions there). A decorated function may be called by its
+    decorator, and one that its own file uses elsewhere (a file that wraps nothing is not read for
+    calls) may be called with a plain model: neither has any."""
+    name = function.name.value
+    if function.decorators or name not in ctx.project.wrapper_receivers:
+        return {}
+    calls = ctx.project.wrapper_arguments_of(ctx.filename, name)
+    facts = ctx.project.files.get(ctx.filename)
+    unread = facts is None or facts.other_references is None
+    if not calls or (unread and _name_counts(ctx).get(name, 0) > 1):  # more than the `def`'s own name
+        return {}
+    params = function.params
+    positional = [param.name.value for param in (*params.posonly_params, *params.params)]
+    state: Dict[str, FrozenSet[WrapSite]] = {}
+    for index, param in enumerate((*positional, *(p.name.value for p in params.kwonly_params))):
+        sites = set()
+        for call in calls:
+            slot = next((s for s in call.slots if s[0] == param or (index < len(positional) and s[0] == index)), None)
+            if slot is None:
+                break
+            _, wrapper, line, conditions = slot
+            sites.add(WrapSite(wrapper, conditions, line=line, path="" if call.path == ctx.path else call.path))
+        else:
+            state[param] = frozenset(sites)
+    return state
+
+
+def _name_counts(ctx: FileContext) -> Dict[str, int]:
+    """How many times each name occurs in the file (definitions and uses)."""
+
+    def count() -> Dict[str, int]:
+        found: Dict[str, int] = {}
+        for node in descendants(ctx.module):
+            if isinstance(node, cst.Name):
+                found[node.value] = found.get(node.value, 0) + 1
+        return found
+
+    return ctx.memo("name-counts", count)
 
 
 def _methods_run_before_the_wrap(ctx: FileContext, cls: cst.ClassDef, class_wraps: Mapping[str, FrozenSet[WrapSite]]) -> FrozenSet[str]:
