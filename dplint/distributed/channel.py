@@ -122,8 +122,13 @@ class Channel:
         self.event("finding", code=code, message=message, where=where)
 
     def joined(self, world_size: int) -> None:
-        """This rank is in a process group of `world_size`: the launcher says "clean" only when all N are."""
+        """This rank is in a process group of `world_size`: the launcher says "clean" only when all N are.
+        It then waits until every rank of the group is in it: gloo connects the ranks pairwise, and a
+        rank that finished early and destroyed its group would close a connection a slower rank is still
+        opening ("Connection closed by peer" during init)."""
         self.store.set(joined_key(self.rank), str(world_size))
+        if world_size == self.world_size:
+            self.store.wait([joined_key(rank) for rank in range(world_size)])
 
     def reached(self, where: str) -> None:
         """A collective call site this rank reached for the first time (which ranks reached a site names the odd one in a mismatch)."""
