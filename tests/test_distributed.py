@@ -706,3 +706,13 @@ def test_an_error_a_wrapper_catches_before_exiting_is_reported_at_the_users_line
     script = PROGRAMS / "caught_by_a_wrapper.py"  # try: main() except Exception: sys.exit(1)
     assert run_main(["--timeout", str(TIMEOUT), str(script)]) == 1
     assert f"dplint run: rank 1 failed at {line_in(script, '# rank 1 fails')}: ValueError: no such shard\n" in capsys.readouterr().err
+
+
+def test_an_error_hydra_catches_is_reported_at_the_users_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("hydra")
+    monkeypatch.chdir(tmp_path)  # hydra writes its outputs/ folder here
+    script = PROGRAMS / "hydra_entry.py"
+    assert run_main(["--timeout", str(TIMEOUT), str(script)]) == 1
+    err = capsys.readouterr().err
+    assert f"dplint run: rank 1 failed at {line_in(script, '# rank 1 fails')}: ValueError: no such shard\n" in err
+    assert "hydra/_internal" not in err.splitlines()[-1]
