@@ -179,14 +179,12 @@ def _only_source_read(ctx: FileContext) -> bool:
     """Whether the program reads the parsed local rank, and neither this file nor a file that reads it
     has another source of the local rank (a library file elsewhere in the program that calls `mp.spawn`
     says nothing about this script's ranks)."""
-    own = scan_distributed(ctx.source)
+    files = ctx.project.files
+    own = files[ctx.filename].distributed if ctx.filename in files else scan_distributed(ctx.source)
     if own is not None and own.other_local_rank_source:
         return False
-    files = ctx.project.files
-    readers = [facts.distributed for name in ctx.project.distributed.companions(ctx.filename) if (facts := files.get(name)) is not None]
-    readers = [facts for facts in readers if facts is not None and facts.reads_local_rank_argument]
-    if own is not None and own.reads_local_rank_argument:
-        readers.append(own)
+    companions = [files[name].distributed for name in ctx.project.distributed.companions(ctx.filename) if name in files]
+    readers = [facts for facts in (*companions, own) if facts is not None and facts.reads_local_rank_argument]
     return bool(readers) and not any(facts.other_local_rank_source for facts in readers)
 
 

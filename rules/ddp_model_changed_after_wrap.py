@@ -229,9 +229,8 @@ def _wrap(ctx: FileContext, small: cst.BaseSmallStatement, moved: Set[str]) -> O
     if call is None:
         return None
     module = argument(call, "module", 0)
-    moved_before = False
+    moved_before = module is not None and _chain_moves(module)
     while isinstance(module, cst.Call) and isinstance(module.func, cst.Attribute) and module.func.attr.value in MODULE_RETURNING_METHODS:
-        moved_before = moved_before or module.func.attr.value in MOVES
         module = module.func.value
     inner_name = dotted(module) if module is not None else None
     wrappers = {name for name in (dotted(t.target) for t in small.targets) if name}

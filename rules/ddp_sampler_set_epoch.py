@@ -19,7 +19,7 @@ from dplint.analysis.ddp import (
     iter_sites,
     looks_like_evaluation,
     mentions,
-    mentions_rank,
+    NO_KNOWLEDGE,
 )
 
 _EPOCH = re.compile(r"epoch", re.I)
@@ -272,7 +272,7 @@ _VARYING_CALLS = {"time.time": "the time", "time.time_ns": "the time", "os.getpi
 
 
 def _varying(ctx: FileContext, seed: cst.BaseExpression) -> str:
-    if mentions_rank(seed):
+    if NO_KNOWLEDGE.mentions_rank(seed):
         return "the rank"
     for call in calls_in(seed):
         qualified = ctx.qualify(call.func) or ""

@@ -180,10 +180,6 @@ def names_a_rank(word: str) -> bool:
     return bool(_RANK_WORD.search(word) or _RANK_PREDICATE.match(word) or _RANK_ZERO_DECORATOR.search(word))
 
 
-def mentions_rank(expr: cst.CSTNode) -> bool:
-    return mentions(expr, _RANK_WORD)
-
-
 def looks_like_evaluation(expr: cst.CSTNode) -> bool:
     return mentions(expr, _EVALUATION_WORD)
 
@@ -225,9 +221,7 @@ def _rank_knowledge(ctx: FileContext) -> RankKnowledge:
     spawned: List[str] = []
     calls: List[cst.Call] = []  # `Trainer(model, loader, rank)`, `train(args, gpu)`: a rank may be passed on
     classes: Dict[str, cst.ClassDef] = {}
-    pending: List[cst.CSTNode] = [ctx.module]
-    while pending:
-        node = pending.pop()
+    for node in descendants(ctx.module):
         if isinstance(node, cst.FunctionDef):
             functions.setdefault(node.name.value, node)
         elif isinstance(node, cst.ClassDef):
@@ -241,7 +235,6 @@ def _rank_knowledge(ctx: FileContext) -> RankKnowledge:
                 spawned.append(dotted(node.args[0].value) or "" if node.args else "")
             elif isinstance(node.func, cst.Name):
                 calls.append(node)
-        pending.extend(child_nodes(node))
     for name in spawned:  # `mp.spawn(main_worker, ...)` passes each process its index first
         target = functions.get(name.rpartition(".")[2])
         if target is not None and parameter_names(target):

@@ -16,7 +16,7 @@ import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cache, cached_property, partial
 from typing import (
     Callable,
     Dict,
@@ -1153,10 +1153,12 @@ class DistributedFileFacts:
 def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
     if not any(word in text for word in _DISTRIBUTED_WORDS):
         return None
-    reads_argument, other_source = _local_rank_uses(text)
+    # One parse serves both scans: parsing torch's distributed modules is most of what they cost.
+    parse = cache(partial(_parse, text))
+    reads_argument, other_source = _local_rank_uses(text, parse)
     starts = _STARTS_PROCESS_GROUP.search(text) is not None
     wraps = _WRAPS_DISTRIBUTED.search(text) is not None
-    starts_on_run, starters = _group_starts(text) if starts or wraps else (False, ())
+    starts_on_run, starters = _group_starts(parse) if starts or wraps else (False, ())
     entry = _MAIN_GUARD.search(text) is not None
     facts = DistributedFileFacts(
         reads_local_rank_argument=reads_argument,
@@ -1199,26 +1201,19 @@ def _run_calls(text: str) -> Tuple[str, ...]:
     return tuple(sorted(names - _BUILTIN_NAMES))
 
 
-def _parsed(text: str) -> Optional[ast.Module]:
-    """The file's `ast`, or None when it does not parse. The scans of one file share it: parsing torch's
-    distributed modules is most of what they cost."""
-    if _parsed.text is not text:
-        _parsed.text = text
-        try:
-            _parsed.tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            _parsed.tree = None
-    return _parsed.tree
+def _parse(text: str) -> Optional[ast.Module]:
+    """The file's `ast`, or None when it does not parse."""
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
-_parsed.text = _parsed.tree = None  # type: ignore[attr-defined]
-
-
-def _group_starts(text: str) -> Tuple[bool, Tuple[str, ...]]:
+def _group_starts(parse: Callable[[], Optional[ast.Module]]) -> Tuple[bool, Tuple[str, ...]]:
     """Whether the file's code, when it runs, starts a process group or wraps a model in DDP/FSDP (a
     call, not a comment or a string), and which of its top-level functions and classes do when called.
     Calls inside the file are followed by name: `main()` under the `__main__` guard calling `setup()`."""
-    tree = _parsed(text)
+    tree = parse()
     if tree is None:
         return False, ()
 
@@ -1317,14 +1312,14 @@ _LOCAL_RANK_HINT = GuardedPattern(
 )
 
 
-def _local_rank_uses(text: str) -> Tuple[bool, bool]:
+def _local_rank_uses(text: str, parse: Callable[[], Optional[ast.Module]]) -> Tuple[bool, bool]:
     """Whether the code (not its comments or strings) reads a parsed `local_rank`, and whether it has
     another source of the local rank: the attribute overwritten (`args.local_rank = dist.get_rank() %
     n`), a fallback (`args.local_rank or rank % torch.cuda.device_count()`), a rank taken modulo the
     device count, `mp.spawn`'s process index, or a launcher that passes `--local_rank` (DeepSpeed)."""
     if _LOCAL_RANK_HINT.search(text) is None:
         return False, False
-    tree = _parsed(text)
+    tree = parse()
     if tree is None:
         return False, False
     reads = other = False
