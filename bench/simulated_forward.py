@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from dplint import runtime
-from dplint.runtime import dataparallel
+from dplint.runtime.dataparallel import checks as dataparallel
 
 
 class BasicBlock(nn.Module):

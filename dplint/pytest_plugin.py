@@ -35,7 +35,7 @@ def _positive_number(value: Any) -> bool:
 
 
 def _check_names(value: Any) -> bool:
-    from dplint.distributed.launcher import ALL_CHECKS
+    from dplint.runtime.distributed.launcher import ALL_CHECKS
 
     return isinstance(value, (list, tuple)) and all(name in ALL_CHECKS for name in value)
 
@@ -207,7 +207,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Optional[bool]:
     marker = pyfuncitem.get_closest_marker("dplint")
     if marker is None or "ranks" not in marker.kwargs:
         return None
-    from dplint.distributed.pytest_support import ranks_for, run_on_ranks
+    from dplint.runtime.distributed.pytest_support import ranks_for, run_on_ranks
 
     ranks = ranks_for(pyfuncitem)
     return None if ranks is None else run_on_ranks(pyfuncitem, ranks)
@@ -249,7 +249,7 @@ def _inside_the_machinery(entry: Any) -> bool:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
     outcome = yield
-    if call.excinfo is None or "dplint.runtime" not in sys.modules:
+    if call.excinfo is None or "dplint.runtime.dataparallel" not in sys.modules:
         return
     pitfall = _pitfall(call.excinfo)
     if pitfall is None:

@@ -6,7 +6,7 @@ from dplint.rule import Rule
 class ReplicaDivergence(Rule):
     """
     ## What it does
-    At runtime (`dplint run`, `dplint.distributed.launch`, `@pytest.mark.dplint(ranks=N)`), compares a
+    At runtime (`dplint run`, `dplint.runtime.distributed.launch`, `@pytest.mark.dplint(ranks=N)`), compares a
     checksum of every parameter of each `DistributedDataParallel` model across the ranks after each
     optimizer step, and reports the first step at which the replicas differ, naming the parameters.
     When the run shows why, the finding takes the code of the cause instead: DPL504 for a forward

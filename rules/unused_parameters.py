@@ -6,7 +6,7 @@ from dplint.rule import Rule
 class UnusedParameters(Rule):
     """
     ## What it does
-    At runtime (`dplint run`, `dplint.distributed.launch`, `@pytest.mark.dplint(ranks=N)`), turns
+    At runtime (`dplint run`, `dplint.runtime.distributed.launch`, `@pytest.mark.dplint(ranks=N)`), turns
     DDP's "Expected to have finished reduction in the prior iteration" error into the names of the
     parameters that got no gradient on a rank, and says when they were frozen after wrapping.
 

@@ -1,4 +1,4 @@
-"""dplint.distributed: real gloo process groups on CPU, through launch(), `dplint run` and the pytest marker.
+"""dplint.runtime.distributed: real gloo process groups on CPU, through launch(), `dplint run` and the pytest marker.
 
 Every launch sets a timeout of a few seconds; the functions the ranks run are defined at module level
 so that the ranks can import them.
@@ -22,10 +22,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from dplint.distributed import LaunchError, launch
-from dplint.distributed.analysis import findings as analyse
-from dplint.distributed.channel import display_path
-from dplint.distributed.cli import main as run_main
+from dplint.runtime.distributed import LaunchError, launch
+from dplint.runtime.distributed.analysis import findings as analyse
+from dplint.runtime.distributed.channel import display_path
+from dplint.runtime.distributed.cli import main as run_main
 
 PROGRAMS = Path(__file__).parent / "distributed_programs"
 PROJECT = PROGRAMS / "project"
@@ -426,7 +426,7 @@ def test_dplint_run_help_lists_each_check_whole_on_its_own_line(monkeypatch: pyt
     with pytest.raises(SystemExit):
         run_main(["--help"])
     lines = capsys.readouterr().out.splitlines()
-    from dplint.distributed import ALL_CHECKS
+    from dplint.runtime.distributed import ALL_CHECKS
 
     assert [line.split()[0] for line in lines if line.startswith("  ") and line.split()[0] in ALL_CHECKS] == list(ALL_CHECKS)
 

@@ -46,7 +46,7 @@ def test_crnn_fails_with_dpl301_and_the_gathered_shape(crnn_project):
             "    def test_crnn():",
             "        model = nn.DataParallel(CRNN(n_class=37))",
             ">       assert model(torch.randn(8, 1, 32, 100)).shape[[]1[]] == 8",
-            "E       dplint.runtime.dataparallel.PitfallError: DPL301 forward returned [[]25, 4, 37[]] per replica (output); "
+            "E       dplint.runtime.dataparallel.checks.PitfallError: DPL301 forward returned [[]25, 4, 37[]] per replica (output); "
             "gathered along dim 0 this became [[]50, 4, 37[]] for a batch of 8*[[]CRNN.forward at *crnn_model.py:*[]]",
             "test_crnn.py:7: PitfallError",
         ]

@@ -17,7 +17,8 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from dplint import runtime  # noqa: E402
-from dplint.runtime import PitfallError, PitfallWarning, dataparallel  # noqa: E402
+from dplint.runtime import PitfallError, PitfallWarning  # noqa: E402
+from dplint.runtime.dataparallel import checks as dataparallel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PATCHED = {

@@ -85,7 +85,7 @@ class Emulation:
         """Publish where this rank's code first placed something at a call site (DPL506/DPL508 compare the ranks)."""
         if self.record is None or os.getpid() != self.process or threading.current_thread() is not threading.main_thread():
             return  # a DataLoader worker or a helper thread: not the rank's own placements
-        from dplint.distributed.channel import user_site
+        from dplint.runtime.distributed.channel import user_site
 
         where = user_site(depth)
         seen = self.local.__dict__.setdefault("sites", set())

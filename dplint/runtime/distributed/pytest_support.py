@@ -38,7 +38,7 @@ def default_ranks(config: pytest.Config) -> int:
 
 
 def run_on_ranks(item: pytest.Function, ranks: int) -> bool:
-    from dplint.distributed import LaunchError, launch
+    from dplint.runtime.distributed import LaunchError, launch
 
     __tracebackhide__ = True
     options = item.get_closest_marker("dplint").kwargs  # type: ignore[union-attr]

@@ -26,9 +26,9 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader, DistributedSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
-from dplint.distributed.channel import Channel, guard_site, user_site
-from dplint.distributed.errors import DistributedPitfall, PeerFailed, SetupError
-from dplint.distributed.launcher import ALL_CHECKS
+from dplint.runtime.distributed.channel import Channel, guard_site, user_site
+from dplint.runtime.distributed.errors import DistributedPitfall, PeerFailed, SetupError
+from dplint.runtime.distributed.launcher import ALL_CHECKS
 from dplint.runtime import devices
 
 COLLECTIVES = (

@@ -51,7 +51,7 @@ def _become_rank(environment: Dict[str, str], launcher: int) -> None:
 
 
 def _where(error: BaseException) -> str:
-    from dplint.distributed.channel import _OWN_DIR, display_path
+    from dplint.runtime.distributed.channel import _OWN_DIR, display_path
 
     import torch
 
@@ -80,7 +80,7 @@ def _caught_error(exit: SystemExit) -> Optional[BaseException]:
 
 def _print_user_traceback(error: BaseException) -> None:
     """The traceback as python would print it for the script alone: without dplint's and runpy's frames."""
-    from dplint.distributed.channel import _OWN_DIR
+    from dplint.runtime.distributed.channel import _OWN_DIR
 
     shown = traceback.TracebackException.from_exception(error)
     shown.stack = traceback.StackSummary.from_list(
@@ -91,14 +91,14 @@ def _print_user_traceback(error: BaseException) -> None:
 
 def _quiet(channel: Any, error: BaseException) -> bool:
     """Failures whose traceback says nothing: dplint's own findings, and a rank's reaction to a failed peer."""
-    from dplint.distributed.errors import DistributedPitfall, PeerFailed, SetupError
+    from dplint.runtime.distributed.errors import DistributedPitfall, PeerFailed, SetupError
 
     return isinstance(error, (DistributedPitfall, PeerFailed, SetupError, KeyboardInterrupt)) or channel.a_peer_failed()
 
 
 def _publish_failure(channel: Any, error: BaseException) -> None:
-    from dplint.distributed.channel import error_key, state_key
-    from dplint.distributed.errors import DistributedPitfall, RankFailure
+    from dplint.runtime.distributed.channel import error_key, state_key
+    from dplint.runtime.distributed.errors import DistributedPitfall, RankFailure
 
     pitfall = error if isinstance(error, DistributedPitfall) else None
     where = pitfall.where if pitfall else _where(error)
@@ -118,7 +118,7 @@ def _publish_failure(channel: Any, error: BaseException) -> None:
 
 
 def _finish(channel: Any, checks_module: Any) -> None:
-    from dplint.distributed.channel import done_key
+    from dplint.runtime.distributed.channel import done_key
 
     rank = checks_module._active
     last = f" (its last collective: {rank.last_collective})" if rank and rank.last_collective else " without any collective"
@@ -126,7 +126,7 @@ def _finish(channel: Any, checks_module: Any) -> None:
 
 
 def _connect(settings: Dict[str, Any]) -> Any:
-    from dplint.distributed.channel import Channel
+    from dplint.runtime.distributed.channel import Channel
 
     return Channel(
         os.environ["MASTER_ADDR"],
@@ -144,8 +144,8 @@ def run_function(environment: Dict[str, str], settings: Dict[str, Any], fn: Call
 
     import torch.distributed as dist
 
-    from dplint.distributed import checks
-    from dplint.distributed.channel import result_key
+    from dplint.runtime.distributed import checks
+    from dplint.runtime.distributed.channel import result_key
 
     channel = _connect(settings)
     try:
@@ -168,7 +168,7 @@ def run_function(environment: Dict[str, str], settings: Dict[str, Any], fn: Call
 def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Sequence[str]) -> None:
     """A rank of `dplint run`: run the script (or `-m` module) as `__main__`, as python does under torchrun."""
     _become_rank(environment, settings["launcher"])
-    from dplint.distributed import checks
+    from dplint.runtime.distributed import checks
 
     channel = _connect(settings)
     status = 0

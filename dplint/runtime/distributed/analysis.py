@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Dict, List, Sequence, Tuple
 
-from dplint.distributed.errors import Finding
+from dplint.runtime.distributed.errors import Finding
 
 Events = Dict[int, List[Dict[str, Any]]]
 _SAMPLER_SETTINGS = ("seed", "length", "num_replicas", "shuffle", "drop_last")

@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Any, Optional, Sequence
 
-from dplint.distributed.launcher import ALL_CHECKS, DEFAULT_TIMEOUT, run_script
+from dplint.runtime.distributed.launcher import ALL_CHECKS, DEFAULT_TIMEOUT, run_script
 
 _CHECKS_HELP = {
     "collectives": "DPL507: each collective's op, shapes and call site, compared across the ranks",

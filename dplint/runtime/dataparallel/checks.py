@@ -6,7 +6,7 @@
 
 A simulated forward takes torch's own steps (`DataParallel.forward`): the wrapper's `scatter`,
 `replicate`, `parallel_apply` and `gather` are called, so a subclass's overrides run; the base
-class's versions do what torch's do, for simulated devices (`dplint.runtime.simulation`).
+class's versions do what torch's do, for simulated devices (`dplint.runtime.dataparallel.simulation`).
 
 Settings are per thread (per context, `contextvars`): `checking()` in one thread leaves every other
 thread's DataParallel calls as they were. torch itself is patched while any thread has the checks on;
@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Opt
 import torch
 from torch import nn
 
-from dplint.runtime import messages, module_state, simulation
+from dplint.runtime.dataparallel import messages, module_state, simulation
 
 __all__ = ["RUNTIME_CODES", "PitfallError", "PitfallWarning", "checking", "install", "is_installed", "uninstall"]
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
-from dplint.distributed import channel as keys
-from dplint.distributed.analysis import _ranks as listed
-from dplint.distributed.analysis import findings as analyse
-from dplint.distributed.errors import Finding, LaunchError, RankFailure
+from dplint.runtime.distributed import channel as keys
+from dplint.runtime.distributed.analysis import _ranks as listed
+from dplint.runtime.distributed.analysis import findings as analyse
+from dplint.runtime.distributed.errors import Finding, LaunchError, RankFailure
 
 DEFAULT_TIMEOUT = 30.0
 ACTIONS = ("raise", "warn")
@@ -188,10 +188,10 @@ def launch(
     `mp.spawn(nprocs=0)`), or, with `action="raise"`, when the checks found pitfalls; with
     `action="warn"` findings are warnings instead. `timeout` (seconds) bounds
     every wait on a peer: a collective, a barrier, the group's rendezvous. `checks` picks checks by
-    name (None: all of `dplint.distributed.ALL_CHECKS`; empty: none, only the CPU shims). `fn` and its arguments must be
+    name (None: all of `dplint.runtime.distributed.ALL_CHECKS`; empty: none, only the CPU shims). `fn` and its arguments must be
     picklable (a module-level function), as with torch.multiprocessing.spawn.
     """
-    from dplint.distributed.rank import run_function
+    from dplint.runtime.distributed.rank import run_function
 
     chosen = _validate(nprocs, timeout, ALL_CHECKS if checks is None else checks, action)
     outcome = _run(run_function, (fn, args, kwargs or {}), nprocs, {"timeout": float(timeout), "checks": chosen, "launcher": os.getpid()})
@@ -214,7 +214,7 @@ def _context() -> Any:
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     # DistributedDataParallel's constructor imports torch._dynamo (seconds): once here, not in every rank.
-    context.set_forkserver_preload(["dplint.distributed.rank", "dplint.distributed.checks", "torch._dynamo"])
+    context.set_forkserver_preload(["dplint.runtime.distributed.rank", "dplint.runtime.distributed.checks", "torch._dynamo"])
     return context
 
 
@@ -225,7 +225,7 @@ def run_script(
 
     Each rank sees `gpus` emulated GPUs (None: one per rank; 0: none, CUDA hidden).
     """
-    from dplint.distributed.rank import run_script as run_rank
+    from dplint.runtime.distributed.rank import run_script as run_rank
 
     chosen = _validate(nprocs, timeout, ALL_CHECKS if checks is None else checks, "raise")
     gpus = nprocs if gpus is None else gpus
