@@ -401,26 +401,12 @@ def report(findings: List[Finding], args: argparse.Namespace, out: TextIO, sourc
     from dplint import reporters
 
     chosen = output_format(args, out)
-    lines = _source_lines(sources)
-    show_summary = show_summary and not args.quiet
     if args.statistics:
         reporters.write_statistics(findings, out, as_json=chosen == "json", unsafe=args.unsafe_fixes)
-    elif chosen == "json":
-        reporters.write_json(findings, out)
-    elif chosen == "json-lines":
-        reporters.write_json_lines(findings, out)
-    elif chosen == "github":
-        reporters.write_github(findings, out)
-    elif chosen == "sarif":
-        reporters.write_sarif(findings, out, lines)
-    elif chosen == "junit":
-        reporters.write_junit(findings, out)
-    elif chosen == "gitlab":
-        reporters.write_gitlab(findings, out, lines)
-    elif chosen == "concise":
-        reporters.write_concise(findings, out, args.unsafe_fixes, show_summary)
-    else:
-        reporters.write_full(findings, out, lines, use_colour(args.color, out), args.unsafe_fixes, show_summary)
+        return
+    reporters.write_report(
+        chosen, findings, out, reporters.reading(sources), use_colour(args.color, out), args.unsafe_fixes, show_summary and not args.quiet
+    )
 
 
 def use_colour(choice: str, out: TextIO) -> bool:
@@ -498,23 +484,6 @@ def report_fixes(fixed: List[Finding], remaining: int, show: bool) -> None:
         print(f"- {path}:", file=sys.stderr)
         for (code, name), count in sorted(Counter((f.code, f.name) for f in fixed if f.path == path).items()):
             print(f"    {count} × {code} ({name})", file=sys.stderr)
-
-
-def _source_lines(sources: Dict[str, str]):
-    cache: Dict[str, Optional[List[str]]] = {}
-
-    def lines(filename: str) -> Optional[List[str]]:
-        if filename not in cache:
-            if filename in sources:
-                cache[filename] = sources[filename].splitlines()
-            else:
-                try:
-                    cache[filename] = Path(filename).read_text(encoding="utf-8", errors="replace").splitlines()
-                except OSError:
-                    cache[filename] = None
-        return cache[filename]
-
-    return lines
 
 
 def explain(code_or_name: str, out: TextIO) -> int:

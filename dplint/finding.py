@@ -57,7 +57,8 @@ class Finding:
     fix: Optional[Fix] = None
     noqa_row: int = field(default=0, compare=False)
     references: Tuple[FileReference, ...] = ()
-
+    # The ranks that saw it, for a finding of `dplint run` (a static finding has none); JSON lists them.
+    ranks: Tuple[int, ...] = ()
 
     def message_for(self, show_path: Callable[[str], str]) -> str:
         """The message with every file it names shown by `show_path(absolute filename)`."""

@@ -79,6 +79,7 @@ def finding_to_json(finding: Finding) -> Dict[str, object]:
         "noqa_row": finding.noqa_row or finding.location.row,
         "fix": fix,
         "url": reference_url(finding.code, finding.name),
+        **({"ranks": list(finding.ranks)} if finding.ranks else {}),
     }
 
 
@@ -406,3 +407,43 @@ def write_junit(findings: Sequence[Finding], out: TextIO) -> None:
 def write_json_lines(findings: Sequence[Finding], out: TextIO) -> None:
     for finding in findings:
         out.write(json.dumps(finding_to_json(finding)) + "\n")
+
+
+def reading(sources: Optional[Dict[str, str]] = None) -> SourceLines:
+    """The lines of a file as the report shows them: from `sources` (what was linted), else from disk."""
+    cache: Dict[str, Optional[List[str]]] = {}
+
+    def lines(filename: str) -> Optional[List[str]]:
+        if filename not in cache:
+            if sources and filename in sources:
+                cache[filename] = sources[filename].splitlines()
+            else:
+                try:
+                    cache[filename] = Path(filename).read_text(encoding="utf-8", errors="replace").splitlines()
+                except OSError:
+                    cache[filename] = None
+        return cache[filename]
+
+    return lines
+
+
+def write_report(
+    chosen: str, findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, colour: bool, unsafe: bool = False, show_summary: bool = True
+) -> None:
+    """The findings in the format `chosen` (one of the CLI's `--format` choices but statistics)."""
+    if chosen == "json":
+        write_json(findings, out)
+    elif chosen == "json-lines":
+        write_json_lines(findings, out)
+    elif chosen == "github":
+        write_github(findings, out)
+    elif chosen == "sarif":
+        write_sarif(findings, out, source_lines)
+    elif chosen == "junit":
+        write_junit(findings, out)
+    elif chosen == "gitlab":
+        write_gitlab(findings, out, source_lines)
+    elif chosen == "concise":
+        write_concise(findings, out, unsafe, show_summary)
+    else:
+        write_full(findings, out, source_lines, colour, unsafe, show_summary)

@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from dplint.finding import Finding
 from dplint.runtime.distributed import LaunchError, launch
 from dplint.runtime.distributed.analysis import findings as analyse
 from dplint.runtime.distributed.channel import display_path
@@ -45,6 +46,16 @@ def line_in(program: Path, text: str) -> str:
     """`path:N` of the first line of a program holding `text`."""
     number = next(n for n, line in enumerate(program.read_text().splitlines(), 1) if text in line)
     return f"{program}:{number}"
+
+
+def spot_in(program: Path, text: str) -> str:
+    """`path:N:C` of the first line of a program holding `text`, C its first non-blank column: a runtime finding's place."""
+    number, line = next((n, line) for n, line in enumerate(program.read_text().splitlines(), 1) if text in line)
+    return f"{program}:{number}:{len(line) - len(line.lstrip()) + 1}"
+
+
+def place(finding: Finding) -> str:
+    return f"{finding.path}:{finding.location.row}"
 
 
 @pytest.fixture(autouse=True)
@@ -160,11 +171,11 @@ def test_training_pitfalls_are_each_found_where_they_are(tmp_path: Path) -> None
     assert caught.value.failure is None
     found = {finding.code: finding for finding in caught.value.findings}
     assert sorted(found) == ["DPL501", "DPL504", "DPL505"]
-    assert found["DPL501"].where == line_of("sampler")
+    assert place(found["DPL501"]) == line_of("sampler")
     assert "epoch still 0" in found["DPL501"].message
-    assert found["DPL504"].where == line_of("module forward")
+    assert place(found["DPL504"]) == line_of("module forward")
     assert "`0.weight`" in found["DPL504"].message
-    assert found["DPL505"].where == line_of("save") and found["DPL505"].ranks == (0, 1)
+    assert place(found["DPL505"]) == line_of("save") and found["DPL505"].ranks == (0, 1)
 
 
 def save_checkpoint(model: nn.Module, path: Path) -> None:
@@ -184,7 +195,7 @@ def test_dpl505_points_at_the_unguarded_call_of_a_save_helper(tmp_path: Path) ->
     with pytest.raises(LaunchError) as caught:
         launch(train_one_model, tmp_path, nprocs=2, timeout=TIMEOUT)
     [finding] = caught.value.findings
-    assert finding.code == "DPL505" and finding.where == line_of("unguarded call of the helper")
+    assert finding.code == "DPL505" and place(finding) == line_of("unguarded call of the helper")
 
 
 def test_warn_action_returns_results_and_warns(tmp_path: Path) -> None:
@@ -204,14 +215,14 @@ def test_unsharded_or_inconsistent_samplers_are_found(tmp_path: Path, pitfall: s
     with pytest.raises(LaunchError) as caught:
         launch(train, (pitfall,), tmp_path, nprocs=2, timeout=TIMEOUT)
     [finding] = [f for f in caught.value.findings if f.code == code]
-    assert finding.where == line_of(where) and words in finding.message
+    assert place(finding) == line_of(where) and words in finding.message
 
 
 def test_parameters_changed_on_one_rank_after_wrapping_are_named_as_the_cause(tmp_path: Path) -> None:
     with pytest.raises(LaunchError) as caught:
         launch(train, ("load_on_rank_zero",), tmp_path, nprocs=2, timeout=TIMEOUT)
     [finding] = caught.value.findings
-    assert finding.code == "DPL511" and finding.where == line_of("load after wrap")
+    assert finding.code == "DPL511" and place(finding) == line_of("load after wrap")
     assert "load_state_dict() after wrapping in DDP on rank 0 only" in finding.message
     assert "after optimizer step 1" in finding.message
 
@@ -301,8 +312,8 @@ def test_dplint_run_finds_the_runtime_pitfalls_of_a_multi_file_torchrun_project(
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(": ", 1)[1].split()[0] for line in lines] == ["DPL501", "DPL504", "DPL505"]
-    assert lines[0].startswith(f"{PROJECT / 'data.py'}:13: DPL501")
-    assert lines[2].startswith(f"{script}:36: DPL505") and "`ckpt.pt`" in lines[2]
+    assert lines[0].startswith(f"{PROJECT / 'data.py'}:13:5: DPL501")
+    assert lines[2].startswith(f"{script}:36:5: DPL505") and "`ckpt.pt`" in lines[2]
     assert result.stderr.count("backend 'nccl' runs as 'gloo' on CPU") == 1
 
 
@@ -336,15 +347,15 @@ def test_dplint_run_on_the_ddp_fixture_confirms_its_static_findings_and_the_fixe
     # The static rules' fixture project runs as written under `dplint run`; the ranks show the same pitfalls.
     monkeypatch.chdir(FIXTURES / "ddp_project")
     assert run_main(["--timeout", str(TIMEOUT), "train.py", "--epochs", "2", "--out-dir", str(tmp_path)]) == 1
-    runtime = [tuple(line.split(" ")[:2]) for line in capsys.readouterr().out.splitlines()]
+    runtime = [(":".join(line.split(":")[:2]), line.split(" ")[1]) for line in capsys.readouterr().out.splitlines()]
     assert runtime == [
-        ("data.py:25:", "DPL501"),
-        ("data.py:25:", "DPL513"),
-        ("data.py:27:", "DPL503"),
-        ("replay.py:11:", "DPL503"),
-        ("engine.py:25:", "DPL504"),
-        ("train.py:68:", "DPL505"),
-        ("engine.py:13:", "DPL508"),  # `torch.device("cuda")` without set_device: GPU 0 on every rank
+        ("data.py:25", "DPL501"),
+        ("data.py:25", "DPL513"),
+        ("data.py:27", "DPL503"),
+        ("replay.py:11", "DPL503"),
+        ("engine.py:25", "DPL504"),
+        ("train.py:68", "DPL505"),
+        ("engine.py:13", "DPL508"),  # `torch.device("cuda")` without set_device: GPU 0 on every rank
     ]
     confirmed = {("data.py", 25, "DPL513"), ("replay.py", 11, "DPL503"), ("engine.py", 25, "DPL504"), ("train.py", 68, "DPL505")}
     assert confirmed <= static_findings(FIXTURES / "ddp_project")
@@ -524,7 +535,7 @@ def test_a_script_that_spawns_its_ranks_runs_them_as_dplints_ranks_with_the_chec
     result = dplint_run(str(script), "--gpus", "2", "--no-set-epoch", *option, cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     [finding] = result.stdout.splitlines()
-    assert finding.startswith(f"{line_in(script, '# train sampler')}: DPL501 ") and finding.endswith("[ranks 0, 1]")
+    assert finding.startswith(f"{spot_in(script, '# train sampler')}: DPL501 ") and finding.endswith("(ranks 0 and 1)")
     assert result.stderr.splitlines()[:3] == [
         f"dplint: {start}main_worker, nprocs=2) at {line_in(script, start)} runs main_worker(LOCAL_RANK, ...) in each of the 2 ranks",
         f"dplint: backend 'nccl' runs as 'gloo' on CPU ({line_in(script, 'init_process_group')})",
@@ -561,8 +572,8 @@ def test_two_training_epochs_in_the_same_order_are_found(tmp_path: Path, monkeyp
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--no-set-epoch", "--eval-train"]) == 1
     [finding] = capsys.readouterr().out.splitlines()
     assert finding == (
-        f"{line_in(script, 'sampler=DistributedSampler(train_set)')}: DPL501 this shuffling DistributedSampler starts a second "
-        "training pass with its epoch still 0: without `set_epoch(epoch)` every epoch repeats the same order [ranks 0, 1]"
+        f"{spot_in(script, 'sampler=DistributedSampler(train_set)')}: DPL501 this shuffling DistributedSampler starts a second "
+        "training pass with its epoch still 0: without `set_epoch(epoch)` every epoch repeats the same order (ranks 0 and 1)"
     )
 
 
@@ -574,10 +585,11 @@ def test_a_rank_zero_only_barrier_is_reported_at_once_not_after_the_timeout(tmp_
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert time.monotonic() - started < 30  # start-up included; the timeout would be 60 s
     assert result.returncode == 1
-    assert result.stderr == (
-        f"dplint run: {line_in(script, 'dist.barrier()')}: DPL507 collective mismatch: rank 0 is in dist.barrier() at "
+    assert result.stdout == (
+        f"{spot_in(script, 'dist.barrier()')}: DPL507 collective mismatch: rank 0 is in dist.barrier() at "
         f"{line_in(script, 'dist.barrier()')}; rank 1 is in DDP backward (gradient all-reduce) at {line_in(script, '.backward()')}\n"
     )
+    assert result.stderr == ""
 
 
 def test_marked_tests_may_start_dataloader_workers_and_a_spawn_that_starts_nothing_fails(pytester: pytest.Pytester) -> None:
@@ -636,6 +648,61 @@ def test_a_nanogpt_style_script_runs_with_autocast_and_a_grad_scaler_and_says_ea
     assert result.stderr.endswith("dplint run: 2 ranks finished; no distributed pitfalls found\n")
 
 
+# findings like the linter's ----------------------------------------------------------------------
+def test_dplint_run_writes_its_findings_in_the_linters_machine_formats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import json
+    import xml.etree.ElementTree as ElementTree
+
+    monkeypatch.chdir(tmp_path)
+    script = PROGRAMS / "torchrun_tutorial.py"
+    run = ["--timeout", str(TIMEOUT), str(script), "--legacy-local-rank"]
+    assert run_main(["--format", "json", "-o", "found.json", *run]) == 1
+    assert capsys.readouterr().out == ""
+    [finding] = json.loads((tmp_path / "found.json").read_text())
+    row = int(line_in(script, "torch.cuda.set_device(local_rank)").rsplit(":", 1)[1])
+    assert (finding["code"], finding["name"], finding["filename"], finding["location"]["row"], finding["ranks"]) == (
+        "DPL508", "missing-set-device", str(script), row, [0, 1]
+    )
+    assert finding["help"] and finding["message"] == "ranks 0 and 1 all select cuda:0: they share one GPU"
+
+    assert run_main(["--format", "sarif", *run]) == 1
+    [result] = json.loads(capsys.readouterr().out)["runs"][0]["results"]
+    assert result["ruleId"] == "DPL508" and result["locations"][0]["physicalLocation"]["region"]["startLine"] == row
+
+    assert run_main(["--format", "github", *run]) == 1
+    assert capsys.readouterr().out.startswith(f"::error title=dplint (DPL508),file={script},line={row},")
+
+    assert run_main(["--format", "junit", *run]) == 1
+    [case] = ElementTree.fromstring(capsys.readouterr().out).findall(".//testcase")
+    assert case.get("name") == "org.dplint.DPL508" and case.get("line") == str(row) and case.find("failure") is not None
+
+
+def test_a_pitfall_that_stops_the_ranks_is_a_finding_in_every_format(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    script = PROGRAMS / "rank0_barrier.py"
+    assert run_main(["--timeout", "60", "--format", "json", str(script)]) == 1
+    captured = capsys.readouterr()
+    [finding] = json.loads(captured.out)
+    assert finding["code"] == "DPL507" and f"{script}:{finding['location']['row']}" == line_in(script, "dist.barrier()")
+    assert captured.err == ""  # the finding says it all: no second account on stderr
+
+
+def test_a_clean_run_writes_an_empty_machine_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    assert run_main(["--timeout", str(TIMEOUT), "--format", "json", str(PROGRAMS / "torchrun_tutorial.py")]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == []
+    assert captured.err.endswith("dplint run: 2 ranks finished; no distributed pitfalls found\n")
+
+
 def test_every_rank_on_gpu_zero_is_found_where_it_selects_the_gpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -644,8 +711,7 @@ def test_every_rank_on_gpu_zero_is_found_where_it_selects_the_gpu(
     script = PROGRAMS / "torchrun_tutorial.py"
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--legacy-local-rank"]) == 1
     assert capsys.readouterr().out == (
-        f"{line_in(script, 'torch.cuda.set_device(local_rank)')}: DPL508 ranks 0 and 1 all select cuda:0: "
-        "they share one GPU; give each rank cuda:LOCAL_RANK [ranks 0, 1]\n"
+        f"{spot_in(script, 'torch.cuda.set_device(local_rank)')}: DPL508 ranks 0 and 1 all select cuda:0: they share one GPU\n"
     )
 
 
@@ -659,8 +725,7 @@ def test_every_rank_resuming_onto_gpu_zero_is_found_at_its_load(
     capsys.readouterr()
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--epochs", "1", "--resume", "first.pt", "--resume-on", "gpu0"]) == 1
     assert capsys.readouterr().out == (
-        f"{line_in(script, '# every rank onto GPU 0')}: DPL506 ranks 0 and 1 all load this checkpoint onto cuda:0: "
-        "map it to each rank's own GPU or the CPU [ranks 0, 1]\n"
+        f"{spot_in(script, '# every rank onto GPU 0')}: DPL506 ranks 0 and 1 all load this checkpoint onto cuda:0\n"
     )
 
 
@@ -682,8 +747,7 @@ def test_tensors_of_two_gpus_meeting_raise_as_torch_does(
     script = PROGRAMS / name
     assert run_main(["--timeout", str(TIMEOUT), str(script), *arguments]) == 1
     captured = capsys.readouterr()
-    assert captured.out == f"{line_in(script, found[0])}: DPL508 ranks 0 and 1 all {found[1]} cuda:0: " \
-        "they share one GPU; give each rank cuda:LOCAL_RANK [ranks 0, 1]\n"  # fmt: skip
+    assert captured.out == f"{spot_in(script, found[0])}: DPL508 ranks 0 and 1 all {found[1]} cuda:0: they share one GPU\n"
     assert captured.err.startswith(
         f"dplint run: rank 1 failed at {line_in(script, failing_line)}: RuntimeError: Expected all tensors to be on the same "
         "device, but found at least two devices, cuda:"
@@ -696,7 +760,7 @@ def test_a_script_that_spawns_one_process_per_emulated_gpu_runs_them_with_the_ch
     monkeypatch.chdir(tmp_path)
     script = PROGRAMS / "spawn_workers.py"
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--no-set-epoch", "--epochs", "2"]) == 1
-    assert capsys.readouterr().out.startswith(f"{line_in(script, '# train sampler')}: DPL501 ")
+    assert capsys.readouterr().out.startswith(f"{spot_in(script, '# train sampler')}: DPL501 ")
 
 
 def test_an_error_a_wrapper_catches_before_exiting_is_reported_at_the_users_line(

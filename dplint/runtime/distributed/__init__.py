@@ -10,7 +10,7 @@ samplers, loaders, collectives, parameters and checkpoints. `dplint run --nproc-
 does the same for a script; `@pytest.mark.dplint(ranks=N)` for a test.
 """
 
-from dplint.runtime.distributed.errors import DistributedPitfall, Finding, LaunchError, RankFailure
+from dplint.runtime.distributed.errors import DistributedPitfall, LaunchError, RankFailure
 from dplint.runtime.distributed.launcher import ALL_CHECKS, launch
 
-__all__ = ["ALL_CHECKS", "DistributedPitfall", "Finding", "LaunchError", "RankFailure", "launch"]
+__all__ = ["ALL_CHECKS", "DistributedPitfall", "LaunchError", "RankFailure", "launch"]

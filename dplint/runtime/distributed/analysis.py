@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Dict, List, Sequence, Tuple
 
-from dplint.runtime.distributed.errors import Finding
+from dplint.finding import Finding
+from dplint.runtime.findings import runtime_finding
 
 Events = Dict[int, List[Dict[str, Any]]]
 _SAMPLER_SETTINGS = ("seed", "length", "num_replicas", "shuffle", "drop_last")
@@ -32,7 +33,8 @@ def _reported(events: Events) -> List[Finding]:
     for rank, rank_events in sorted(_by(events, "finding").items()):
         for event in rank_events:
             seen[(event["code"], event["message"], event["where"])].append(rank)
-    return [Finding(code, message, where, tuple(ranks)) for (code, message, where), ranks in seen.items()]
+    # Seen by each rank on its own, so the message says which ranks saw it.
+    return [runtime_finding(code, f"{message} ({_ranks(ranks)})", where, tuple(ranks)) for (code, message, where), ranks in seen.items()]
 
 
 def _indexed(events: Events, kind: str) -> Dict[int, Dict[int, Dict[str, Any]]]:
@@ -54,7 +56,7 @@ def _samplers(events: Events) -> List[Finding]:
             values = {rank: event[setting] for rank, event in ranks.items()}
             if len(set(values.values())) > 1:
                 listed = ", ".join(f"{values[rank]} on rank {rank}" for rank in sorted(values))
-                found.append(Finding(
+                found.append(runtime_finding(
                     "DPL513" if setting == "seed" else "DPL503",
                     f"this DistributedSampler's `{setting}` differs between ranks ({listed}): the shards overlap or miss samples",
                     where, tuple(sorted(ranks)),
@@ -66,10 +68,10 @@ def _samplers(events: Events) -> List[Finding]:
                 shards[event["rank"]].append(rank)
             for shard, readers in shards.items():
                 if len(readers) > 1:
-                    found.append(Finding(
+                    found.append(runtime_finding(
                         "DPL503",
-                        f"{_ranks(readers)} all read shard {shard} of this DistributedSampler: pass each process's own rank",
-                        where, tuple(sorted(readers)),
+                        f"{_ranks(readers)} all read shard {shard} of this DistributedSampler",
+                        where, tuple(sorted(readers)), help="pass each process's own rank, or leave `rank=` unset",
                     ))  # fmt: skip
     return found
 
@@ -84,7 +86,7 @@ def _first_batches(events: Events) -> List[Finding]:
             samples = {rank: event["indices"] for rank, event in ranks.items()}
             if all(samples.values()) and len({tuple(s) for s in samples.values()}) == 1:
                 preview = ", ".join(map(str, samples[min(samples)][:4]))
-                found.append(Finding(
+                found.append(runtime_finding(
                     "DPL503",
                     f"every rank's first training batch holds the same samples ({preview}, ...): this loader is not sharded",
                     where, tuple(sorted(ranks)),
@@ -96,7 +98,7 @@ def _first_batches(events: Events) -> List[Finding]:
                 for second in ordered[i + 1:]:
                     shared = set(samples[first]) & set(samples[second])
                     if len(shared) > padding:
-                        found.append(Finding(
+                        found.append(runtime_finding(
                             "DPL503",
                             f"ranks {first} and {second} share {len(shared)} of their first batch's samples: the shards overlap",
                             where, (first, second),
@@ -108,7 +110,7 @@ def _first_batches(events: Events) -> List[Finding]:
         elif all("digest" in event for event in ranks.values()):
             digests = {repr(event["digest"]) for event in ranks.values()}
             if len(digests) == 1 and ranks[min(ranks)]["digest"]:
-                found.append(Finding(
+                found.append(runtime_finding(
                     "DPL503",
                     "every rank's first training batch holds the same data: this loader is not sharded across ranks",
                     where, tuple(sorted(ranks)),
@@ -146,17 +148,17 @@ def _divergence(events: Events) -> List[Finding]:
         changes = [(rank, e) for rank, es in _by(events, "changed").items() for e in es if e["model"] == model]
         if bypasses:
             where = bypasses[0][1]["where"]
-            found.append(Finding("DPL504", f"{what}: this forward through `.module` skips DDP's gradient sync", where,
+            found.append(runtime_finding("DPL504", f"{what}: this forward through `.module` skips DDP's gradient sync", where,
                                  tuple(sorted({rank for rank, _ in bypasses}))))  # fmt: skip
         elif changes:
             rank, change = changes[0]
             changed_on = sorted({r for r, e in changes if e["where"] == change["where"]})
             only = f" on {_ranks(changed_on)} only" if len(changed_on) < len(events) else ""
-            found.append(Finding("DPL511", f"{what}: {change['what']} after wrapping in DDP{only}; DDP syncs only gradients",
+            found.append(runtime_finding("DPL511", f"{what}: {change['what']} after wrapping in DDP{only}; DDP syncs only gradients",
                                  change["where"], tuple(changed_on)))  # fmt: skip
         else:
             where = models[model][min(models[model])]["where"]
-            found.append(Finding("DPL520", f"{what}: their gradients were not averaged, or they changed outside DDP",
+            found.append(runtime_finding("DPL520", f"{what}: their gradients were not averaged, or they changed outside DDP",
                                  where, tuple(sorted(events))))  # fmt: skip
     return found
 
@@ -175,9 +177,9 @@ def _saves(events: Events) -> List[Finding]:
     for path, ranks in writers.items():
         if len(ranks) > 1:
             name = path.rsplit("/", 1)[-1]
-            found.append(Finding(
+            found.append(runtime_finding(
                 "DPL505",
-                f"{_ranks(list(ranks))} all save `{name}`: concurrent writes can corrupt it; save from rank 0 only",
+                f"{_ranks(list(ranks))} all save `{name}`: concurrent writes can corrupt it",
                 ranks[min(ranks)], tuple(sorted(ranks)),
             ))  # fmt: skip
     return found
@@ -203,10 +205,10 @@ def _shared_gpus(events: Events) -> List[Finding]:
             if len(on_it) < 2:
                 continue
             if code == "DPL506":
-                message = f"{_ranks(on_it)} all load this checkpoint onto cuda:{index}: map it to each rank's own GPU or the CPU"
+                message = f"{_ranks(on_it)} all load this checkpoint onto cuda:{index}"
             else:
                 what = ranks[on_it[0]]["what"]
-                message = f"{_ranks(on_it)} all {_PLACED[what]} cuda:{index}: they share one GPU; give each rank cuda:LOCAL_RANK"
-            found.append(Finding(code, message, where, tuple(on_it)))
+                message = f"{_ranks(on_it)} all {_PLACED[what]} cuda:{index}: they share one GPU"
+            found.append(runtime_finding(code, message, where, tuple(on_it)))
             break
     return found

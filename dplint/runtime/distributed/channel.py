@@ -51,8 +51,9 @@ def sites_key(rank: int) -> str:
 
 
 _TORCH_DIR: Optional[str] = None
-# All of dplint: its GPU emulation (dplint/runtime) places tensors on behalf of the user's line too.
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# All of dplint (this file is dplint/runtime/distributed/channel.py): its GPU emulation places tensors
+# on behalf of the user's line too.
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 
 def _is_user_code(filename: str) -> bool:

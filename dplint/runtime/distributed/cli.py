@@ -6,8 +6,10 @@ import argparse
 import os
 import signal
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence, TextIO
 
+from dplint.cli import FORMATS, use_colour
+from dplint.finding import Finding
 from dplint.runtime.distributed.launcher import ALL_CHECKS, DEFAULT_TIMEOUT, run_script
 
 _CHECKS_HELP = {
@@ -29,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a torchrun training script on N CPU processes joined in a gloo process group, with "
         "dplint's distributed checks. NCCL runs as gloo; the GPUs are emulated, with the data on the CPU.",
         epilog=f"checks (--checks, default all):\n{listed}\n\n"
+        "The findings are the linter's, in its formats (--format); a rank's own error goes to stderr with its traceback.\n"
         "Exit status: 0 every rank joined the process group and finished with no findings, 1 findings or a\n"
         "failed rank, 2 usage error or ranks that did not join, 130 interrupted.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -42,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"longest wait on a peer (a collective, the rendezvous) before it is a hang (default: {DEFAULT_TIMEOUT:g})")  # fmt: skip
     parser.add_argument("--checks", metavar="NAMES", help="comma-separated checks to run (default: all; listed below)")
+    parser.add_argument("--format", choices=FORMATS, help="how the findings are written (default: full on a terminal, concise otherwise)")
+    parser.add_argument("-o", "--output-file", metavar="PATH", help="write the findings to PATH instead of standard output")
     parser.add_argument("-m", "--module", action="store_true", help="run the target as a module, like `python -m`")
     parser.add_argument("training_script", help="the script (or, with -m, the module) to run")
     parser.add_argument("training_script_args", nargs=argparse.REMAINDER, help="its arguments")
@@ -90,16 +95,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, terminate)
     error = outcome.error()
-    for finding in outcome.findings:
-        print(finding)
-    if error is not None and error.failure is not None:
+    findings = outcome.reported()
+    if findings or args.output_file or (args.format or "concise") not in ("full", "concise"):
+        try:
+            _report(findings, args)
+        except OSError as problem:
+            print(f"dplint run: error: cannot write {args.output_file}: {problem.strerror or problem}", file=sys.stderr)
+            return 2
+    if error is not None and error.failure is not None and not error.failure.code:
         print(f"dplint run: {error.failure_text()}", file=sys.stderr)
         return 2 if error.failure.kind == "SetupError" else 1
     if error is not None and error.incomplete:
         print(f"dplint run: {error.incomplete}", file=sys.stderr)
         return 2
-    if outcome.findings:
+    if findings:
         return 1
     print(f"dplint run: {args.nprocs} rank{'s' * (args.nprocs != 1)} finished; no distributed pitfalls found", file=sys.stderr)
     return 0
 
+
+def _report(findings: List[Finding], args: argparse.Namespace) -> None:
+    """The findings through the linter's reporters; the human formats end with no summary: the exit line says it."""
+    from dplint import reporters
+
+    def write(out: TextIO) -> None:
+        chosen = args.format or ("full" if out.isatty() else "concise")
+        reporters.write_report(chosen, findings, out, reporters.reading(), use_colour("auto", out), show_summary=False)
+
+    if args.output_file:
+        with open(args.output_file, "w", encoding="utf-8") as handle:
+            write(handle)
+    else:
+        write(sys.stdout)

@@ -1,23 +1,19 @@
-"""What the distributed runtime reports: findings, a pitfall raised inside a rank, and the launcher's error."""
+"""What the distributed runtime reports: a pitfall raised inside a rank, a rank's failure, the launcher's error.
+
+Findings are the linter's `dplint.finding.Finding` (made by `dplint.runtime.findings.runtime_finding`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
+from dplint.finding import Finding
 
-@dataclass(frozen=True)
-class Finding:
-    """A pitfall seen at runtime: `where` is `file:line` in the user's code; `ranks` saw it."""
 
-    code: str
-    message: str
-    where: str
-    ranks: Sequence[int] = ()
-
-    def __str__(self) -> str:
-        seen = f" [rank{'s' * (len(self.ranks) != 1)} {', '.join(map(str, self.ranks))}]" if self.ranks else ""
-        return f"{self.where}: {self.code} {self.message}{seen}"
+def finding_line(finding: Finding) -> str:
+    """`path:line: CODE message`: how a runtime finding reads in an exception's text or a warning."""
+    return f"{finding.path}:{finding.location.row}: {finding.code} {finding.message}"
 
 
 class DistributedPitfall(RuntimeError):
@@ -95,5 +91,5 @@ class LaunchError(RuntimeError):
             lines.append(self.incomplete)
         if self.findings:
             lines.append(f"{len(self.findings)} distributed pitfall{'s' * (len(self.findings) != 1)} found at runtime:")
-            lines += [f"  {finding}" for finding in self.findings]
+            lines += [f"  {finding_line(finding)}" for finding in self.findings]
         return "\n".join(lines)

@@ -17,7 +17,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 from dplint.runtime.distributed import channel as keys
 from dplint.runtime.distributed.analysis import _ranks as listed
 from dplint.runtime.distributed.analysis import findings as analyse
-from dplint.runtime.distributed.errors import Finding, LaunchError, RankFailure
+from dplint.finding import Finding
+from dplint.runtime.distributed.errors import LaunchError, RankFailure, finding_line
 
 DEFAULT_TIMEOUT = 30.0
 ACTIONS = ("raise", "warn")
@@ -88,6 +89,17 @@ class Outcome:
             return f"{joined}: {spawn['call']} at {spawn['where']} started no process{why}"
         missing = [r for r in range(world) if r not in self.joined]
         return f"{joined}: {listed(missing)} never called init_process_group"
+
+    def reported(self) -> List[Finding]:
+        """Every finding of the run: the checks' and, when a rank stopped on a pitfall, that pitfall's."""
+        error = self.error()
+        failure = error.failure if error is not None else None
+        if failure is None or not failure.code:
+            return list(self.findings)
+        from dplint.runtime.findings import runtime_finding
+
+        message = failure.message[len(failure.code) + 1:] if failure.message.startswith(failure.code + " ") else failure.message
+        return [runtime_finding(failure.code, message, failure.where, (failure.rank,)), *self.findings]
 
     def error(self) -> Optional[LaunchError]:
         if self.failures:
@@ -205,7 +217,7 @@ def _report(outcome: Outcome, action: str) -> None:
         if error is not None:
             raise error
     for finding in outcome.findings:
-        warnings.warn(str(finding), RuntimeWarning, stacklevel=3)
+        warnings.warn(finding_line(finding), RuntimeWarning, stacklevel=3)
 
 
 def _context() -> Any:
