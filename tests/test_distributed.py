@@ -592,6 +592,21 @@ def test_a_rank_zero_only_barrier_is_reported_at_once_not_after_the_timeout(tmp_
     assert result.stderr == ""
 
 
+def test_an_evaluation_forward_on_rank_zero_only_is_told_from_the_training_forward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # Both forwards broadcast the BatchNorm buffers; only the training one is followed by the gradient all-reduce.
+    monkeypatch.chdir(tmp_path)
+    script = PROGRAMS / "rank0_evaluation.py"
+    assert run_main(["--timeout", str(TIMEOUT), str(script)]) == 1
+    assert capsys.readouterr().out == (
+        f"{spot_in(script, '# evaluation forward')}: DPL507 collective mismatch: rank 0 is in DDP forward under no_grad "
+        f"(buffer broadcast) at {line_in(script, '# evaluation forward')}; rank 1 is in DDP forward (buffer broadcast) at "
+        f"{line_in(script, '# training forward')}\n"
+    )
+    assert run_main(["--timeout", str(TIMEOUT), str(script), "--every-rank"]) == 0
+
+
 def test_marked_tests_may_start_dataloader_workers_and_a_spawn_that_starts_nothing_fails(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_children="""
@@ -691,6 +706,56 @@ def test_a_pitfall_that_stops_the_ranks_is_a_finding_in_every_format(
     [finding] = json.loads(captured.out)
     assert finding["code"] == "DPL507" and f"{script}:{finding['location']['row']}" == line_in(script, "dist.barrier()")
     assert captured.err == ""  # the finding says it all: no second account on stderr
+
+
+COLLECTIVE_RESULT = """\
+import torch
+import torch.distributed as dist
+
+
+def mean(value):
+    return dist.all_reduce(value) / dist.get_world_size()
+
+
+dist.init_process_group("gloo")
+correct = torch.tensor([3.0])
+{body}
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("correct = dist.all_reduce(correct)\naccuracy = correct / 2",
+         "{script}:11:1: DPL512 `correct = dist.all_reduce(...)` sets `correct` to None; {script}:12 then raised TypeError: "
+         "unsupported operand type(s) for /: 'NoneType' and 'int'"),
+        ("print(mean(correct))",
+         "{script}:6:5: DPL512 `dist.all_reduce(...)` returns None, which this line uses: TypeError: "
+         "unsupported operand type(s) for /: 'NoneType' and 'int'"),
+    ],
+    ids=["assigned", "used-in-its-line"],
+)
+def test_a_collectives_none_result_that_raises_is_explained_as_dpl512(
+    body: str, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "metric.py").write_text(COLLECTIVE_RESULT.format(body=body))
+    assert run_main(["--timeout", str(TIMEOUT), "metric.py"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == expected.format(script="metric.py") + "\n"
+    assert captured.err == ""
+
+
+def test_a_none_that_no_collective_returned_stays_the_users_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    body = "dist.all_reduce(correct)\nbest = None\nprint(best + correct)"
+    (tmp_path / "metric.py").write_text(COLLECTIVE_RESULT.format(body=body))
+    assert run_main(["--timeout", str(TIMEOUT), "metric.py"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "failed at metric.py:13: TypeError: unsupported operand type(s) for +: 'NoneType'" in captured.err.splitlines()[0]
 
 
 def test_a_clean_run_writes_an_empty_machine_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:

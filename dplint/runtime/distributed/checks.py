@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
 import os
 import re
 import sys
@@ -26,7 +27,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader, DistributedSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
-from dplint.runtime.distributed.channel import Channel, guard_site, user_site
+from dplint.runtime.distributed.channel import Channel, _is_user_code, display_path, guard_site, user_site
 from dplint.runtime.distributed.errors import DistributedPitfall, PeerFailed, SetupError
 from dplint.runtime.distributed.launcher import ALL_CHECKS
 from dplint.runtime import devices
@@ -70,6 +71,7 @@ class _RankChecks:
         self.destroyed_groups: Set[Any] = set()
         self.sites: Set[str] = set()  # the collective call sites this rank has reached
         self.pending_sync: Optional[str] = None  # a DDP forward whose backward will all-reduce gradients
+        self.none_results: Dict[str, str] = {}  # the collective call sites that returned None, with the collective
         self.delivered: Dict[int, "_Pass"] = {}  # by sampler: the pass whose batch is trained on at the next step
         self.master = (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])  # dplint's store, where every group meets
 
@@ -319,12 +321,59 @@ def _collective(rank: _RankChecks, name: str, original: Callable[..., Any]) -> C
             rank.enter(call, where)
         rank.local.depth = 1
         try:
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
         finally:
             rank.local.depth = 0
             rank.leave(call, where)
+        if result is None:
+            rank.none_results.setdefault(where, name)
+        return result
 
     return collective
+
+
+def explained(error: BaseException) -> BaseException:
+    """DPL512 for a TypeError/AttributeError on None that a collective's result (None) caused; else `error`.
+
+    Established, not guessed: the failing line is the collective's own (`dist.all_reduce(x) / n`), or a
+    line of the function that assigned the result, whose name still holds None there.
+    """
+    rank = _active
+    if rank is None or not rank.none_results or not isinstance(error, (TypeError, AttributeError)) or "NoneType" not in str(error):
+        return error
+    failing = next((tb for tb in _frames(error.__traceback__) if _is_user_code(tb.tb_frame.f_code.co_filename)), None)
+    if failing is None:
+        return error
+    filename = failing.tb_frame.f_code.co_filename
+    failed_at = f"{display_path(filename)}:{failing.tb_lineno}"
+    lines = {line for _, _, line in failing.tb_frame.f_code.co_lines() if line is not None}
+    raised = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
+    for site, name in rank.none_results.items():
+        path, _, line = site.rpartition(":")
+        if site == failed_at:
+            message = f"`dist.{name}(...)` returns None, which this line uses: {raised}"
+        else:
+            assigned = re.match(rf"\s*([A-Za-z_]\w*)\s*=\s*[\w.]*\b{name}\(", linecache.getline(os.path.abspath(path), int(line)))
+            if not (
+                assigned and os.path.abspath(path) == filename and int(line) in lines
+                and failing.tb_frame.f_locals.get(assigned.group(1), error) is None
+            ):  # fmt: skip
+                continue
+            target = assigned.group(1)
+            message = f"`{target} = dist.{name}(...)` sets `{target}` to None; {failed_at} then raised {raised}"
+        pitfall = DistributedPitfall("DPL512", message, site)
+        pitfall.__cause__ = error
+        return pitfall
+    return error
+
+
+def _frames(traceback: Any) -> List[Any]:
+    """The traceback's entries, innermost first."""
+    entries = []
+    while traceback is not None:
+        entries.append(traceback)
+        traceback = traceback.tb_next
+    return entries[::-1]
 
 
 # DistributedDataParallel -------------------------------------------------------------------------
@@ -392,12 +441,14 @@ def _bypass_hook(rank: _RankChecks, model: _Model, module: nn.Module, inputs: An
 def _ddp_forward(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def forward(self: DistributedDataParallel, *inputs: Any, **kwargs: Any) -> Any:
-        syncs = False
+        syncs, call, where = False, "", ""
         if "collectives" in rank.checks:
             where = user_site()
             syncs = self.will_sync_module_buffers() and self.process_group is dist.GroupMember.WORLD
+            # Told apart: a forward with gradients is followed by the backward's all-reduce, one without is not.
+            call = "DDP forward (buffer broadcast)" if torch.is_grad_enabled() else "DDP forward under no_grad (buffer broadcast)"
             if syncs:
-                rank.enter("DDP forward (buffer broadcast)", where)
+                rank.enter(call, where)
             else:
                 rank.channel.state(f"is in or after DDP forward at {where} (its backward all-reduces gradients)")
         rank.local.ddp_forward = getattr(rank.local, "ddp_forward", 0) + 1
@@ -414,7 +465,7 @@ def _ddp_forward(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..
         finally:
             rank.local.ddp_forward -= 1
             if syncs:
-                rank.leave("DDP forward (buffer broadcast)", where)
+                rank.leave(call, where)
 
     return forward
 

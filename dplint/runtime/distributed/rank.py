@@ -156,7 +156,7 @@ def run_function(environment: Dict[str, str], settings: Dict[str, Any], fn: Call
         result = fn(*args, **kwargs)
         channel.store.set(result_key(channel.rank), pickle.dumps(result))
     except BaseException as error:  # noqa: B902 - every failure is reported to the launcher, then the rank ends
-        _publish_failure(channel, error)
+        _publish_failure(channel, checks.explained(error))
         raise SystemExit(1) from None
     else:
         _finish(channel, checks)
@@ -193,6 +193,7 @@ def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Se
                 channel, caught or SystemExit(f"the script exited with status {status}").with_traceback(exit.__traceback__)
             )
     except BaseException as error:  # noqa: B902 - every failure is reported to the launcher
+        error = checks.explained(error)
         if not _quiet(channel, error):
             _print_user_traceback(error)
         _publish_failure(channel, error)
