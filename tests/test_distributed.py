@@ -405,6 +405,27 @@ def test_marked_test_fails_on_a_rank_conditional_barrier_naming_both_call_sites(
     ) in result.stdout.str()
 
 
+def test_a_marked_tests_failure_headline_is_its_finding_at_the_tests_own_line(pytester: pytest.Pytester) -> None:
+    # A test whose name says "save" is not a save helper: its caller is pytest's machinery, not where a guard goes.
+    pytester.makepyfile(
+        test_checkpoint="""
+        import pytest, torch
+
+        @pytest.mark.dplint(ranks=2, timeout=5)
+        def test_save_checkpoint(tmp_path):
+            torch.save({"step": 1}, tmp_path / "last.pt")
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:asyncio", "-rf")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*_ test_save_checkpoint _*",
+        "test_checkpoint.py:5: DPL505 ranks 0 and 1 all save `last.pt`: concurrent writes can corrupt it",
+        "*short test summary info*",
+        "FAILED test_checkpoint.py::test_save_checkpoint - Failed: test_checkpoint.py:*",
+    ])  # fmt: skip
+
+
 def test_marker_default_ranks_and_fixtures(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_ranks="""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sysconfig
 import sys
 import time
 from datetime import timedelta
@@ -56,13 +57,21 @@ _TORCH_DIR: Optional[str] = None
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 
+# Python's own modules (multiprocessing, runpy) run the user's code, they are not it.
+_STDLIB_DIRS = tuple({os.path.join(sysconfig.get_paths()[name], "") for name in ("stdlib", "platstdlib")})
+# Installed packages (site-packages): a save helper's caller there is a framework's, not where a guard goes.
+_INSTALLED_DIRS = tuple({os.path.join(sysconfig.get_paths()[name], "") for name in ("purelib", "platlib")})
+
+
 def _is_user_code(filename: str) -> bool:
     global _TORCH_DIR
     if _TORCH_DIR is None:
         import torch
 
         _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-    return not (filename.startswith(_TORCH_DIR) or filename.startswith(_OWN_DIR) or filename.startswith("<"))
+    return not (
+        filename.startswith((_TORCH_DIR, _OWN_DIR, "<")) or (filename.startswith(_STDLIB_DIRS) and not filename.startswith(_INSTALLED_DIRS))
+    )
 
 
 def _user_frame(frame: Any) -> Any:
@@ -89,7 +98,7 @@ def guard_site(depth: int = 2) -> str:
     frame = _user_frame(sys._getframe(depth))
     while frame is not None and any(word in frame.f_code.co_name.lower() for word in _SAVE_HELPER):
         caller = _user_frame(frame.f_back)
-        if caller is None:
+        if caller is None or caller.f_code.co_filename.startswith(_INSTALLED_DIRS):
             break
         frame = caller
     return _site(frame)

@@ -89,7 +89,6 @@ class LaunchError(RuntimeError):
         lines: List[str] = [self.failure_text()] if self.failure else []
         if self.incomplete:
             lines.append(self.incomplete)
-        if self.findings:
-            lines.append(f"{len(self.findings)} distributed pitfall{'s' * (len(self.findings) != 1)} found at runtime:")
-            lines += [f"  {finding_line(finding)}" for finding in self.findings]
+        # One finding a line, the first the headline (pytest's summary, an exception's first line).
+        lines += [finding_line(finding) for finding in self.findings]
         return "\n".join(lines)
