@@ -684,6 +684,20 @@ def test_a_nanogpt_style_script_runs_with_autocast_and_a_grad_scaler_and_says_ea
     assert result.stderr.endswith("dplint run: 2 ranks finished; no distributed pitfalls found\n")
 
 
+def test_the_default_device_and_torch_device_as_a_context_are_emulated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = PROGRAMS / "default_device_style.py"
+    assert run_main(["--timeout", str(TIMEOUT), str(script)]) == 0
+    assert capsys.readouterr().out == ""
+    # Without set_device, the bare "cuda" of the default device is GPU 0 on every rank.
+    assert run_main(["--timeout", str(TIMEOUT), str(script), "--no-set-device"]) == 1
+    assert capsys.readouterr().out == (
+        f"{spot_in(script, 'model = DDP(nn.Linear(4, 2))')}: DPL508 ranks 0 and 1 all put this tensor on cuda:0: they share one GPU\n"
+    )
+
+
 # findings like the linter's ----------------------------------------------------------------------
 def test_dplint_run_writes_its_findings_in_the_linters_machine_formats(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture

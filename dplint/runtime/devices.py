@@ -151,6 +151,7 @@ def install(count: int, note: Note, record: Optional[Record] = None) -> Emulatio
     _install_load(emulation)
     _install_precision(emulation)
     _install_distributed(emulation)
+    _install_default_device(emulation)
     return emulation
 
 
@@ -303,6 +304,42 @@ def _install_placement(emulation: Emulation) -> None:
         setattr(torch.Tensor, name, _factory(emulation, getattr(torch.Tensor, name), like=True))
 
 
+def _install_default_device(emulation: Emulation) -> None:
+    """`torch.set_default_device("cuda")` and `with torch.device("cuda"):` both enter torch's DeviceContext
+    (the latter from C++), a mode that hands its device to every factory called without one: under
+    emulation a CUDA device makes the tensor on the CPU, placed on its logical GPU."""
+    from torch.utils._device import DeviceContext, _device_constructors
+
+    default_device = torch.get_default_device
+
+    @functools.lru_cache(1)
+    def constructors() -> frozenset:
+        # torch's set holds whatever `torch.ones` is when first asked: here, maybe the emulation's wrapper.
+        return frozenset(inspect.unwrap(function) for function in _device_constructors())
+
+    def __torch_function__(self: DeviceContext, func: Any, types: Any, args: Tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if inspect.unwrap(func) not in constructors() or kwargs.get("device") is not None:
+            return func(*args, **kwargs)
+        index = emulation.index(self.device)
+        if index is None:
+            return func(*args, **{**kwargs, "device": self.device})
+        emulation.placement("tensor", index)
+        return emulation.own(func(*args, **{**kwargs, "device": "cpu"}), index)
+
+    @functools.wraps(default_device)
+    def get_default_device() -> torch.device:
+        from torch.utils._device import CURRENT_DEVICE
+
+        if CURRENT_DEVICE is not None and CURRENT_DEVICE.type == "cuda":
+            # Not torch's way, which makes a tensor to read its device: here that tensor is on the CPU.
+            return torch.device("cuda", emulation.index(CURRENT_DEVICE))
+        return default_device()
+
+    DeviceContext.__torch_function__ = __torch_function__
+    torch.get_default_device = get_default_device
+
+
 def _factory(emulation: Emulation, original: Callable[..., Any], like: bool) -> Callable[..., Any]:
     @functools.wraps(original)
     def factory(*args: Any, **kwargs: Any) -> Any:
@@ -337,6 +374,15 @@ def place_module(emulation: Emulation, module: nn.Module, index: Optional[int]) 
 
 def _install_modules(emulation: Emulation) -> None:
     module_to, module_cpu = nn.Module.to, nn.Module.cpu
+    parameter_new = nn.Parameter.__new__
+
+    def new_parameter(cls: Any, data: Any = None, requires_grad: bool = True) -> Any:
+        # A layer built on a device (`device=`, the default device) wraps its placed tensor: the parameter is there too.
+        parameter = parameter_new(cls, data, requires_grad)
+        index = emulation.placed.get(data) if isinstance(data, torch.Tensor) else None
+        return parameter if index is None else emulation.own(parameter, index)
+
+    nn.Parameter.__new__ = new_parameter  # type: ignore[assignment]
 
     @functools.wraps(module_to)
     def to(self: nn.Module, *args: Any, **kwargs: Any) -> nn.Module:
