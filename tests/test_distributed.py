@@ -698,6 +698,40 @@ def test_the_default_device_and_torch_device_as_a_context_are_emulated(
     )
 
 
+# DataParallel scripts: one process, N emulated GPUs ----------------------------------------------
+def test_a_dataparallel_script_runs_unmodified_on_emulated_gpus_with_its_replicas_split_as_on_gpus(tmp_path: Path) -> None:
+    result = dplint_run("--devices", "4", str(FIXTURES / "dataparallel_tutorial.fixed.py"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    # The tutorial's batch of 30 on 4 GPUs: chunks of 8, 8, 8 and 6, each printed by its replica's forward.
+    sizes = [line.split("input size torch.Size([")[1].split(",")[0] for line in result.stdout.splitlines() if "In Model" in line]
+    assert sizes[:4] == ["8", "8", "8", "6"]
+    assert result.stderr.endswith("dplint run: the script finished on 4 emulated GPUs; no pitfalls found\n")
+
+
+def test_a_dataparallel_scripts_batch_dimension_bug_is_found_at_its_forward(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(FIXTURES)
+    assert run_main(["--devices", "2", "crnn_train.py"]) == 1
+    [finding] = capsys.readouterr().out.splitlines()
+    assert finding.startswith("crnn_model.py:48:5: DPL301 forward returned [25, 4, 37] per replica (output)")
+    # Advice is a finding too: a last batch of 10 leaves 3 of 8 GPUs idle.
+    assert run_main(["--devices", "8", "dataparallel_tutorial.fixed.py"]) == 1
+    [finding] = capsys.readouterr().out.splitlines()
+    assert finding.startswith("dataparallel_tutorial.fixed.py:44:5: DPL306 a batch of 10 on 8 devices splits into 5 chunks")
+
+
+def test_a_dataparallel_run_fails_where_the_gpu_node_would(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.chdir(FIXTURES)
+    assert run_main(["--devices", "2", "dataparallel_tutorial.py"]) == 1  # its "cuda: 0" (DPL102) is torch's error
+    assert capsys.readouterr().err.startswith(
+        "dplint run: rank 0 failed at dataparallel_tutorial.py:19: RuntimeError: Invalid device string: 'cuda: 0'"
+    )
+    with pytest.raises(SystemExit):
+        run_main(["--devices", "2", "--nproc-per-node", "2", "dataparallel_tutorial.py"])
+    assert "--devices runs one process with N GPUs" in capsys.readouterr().err
+
+
 # findings like the linter's ----------------------------------------------------------------------
 def test_dplint_run_writes_its_findings_in_the_linters_machine_formats(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 import threading
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
@@ -139,15 +140,19 @@ def active() -> Optional[Emulation]:
     return _active
 
 
-def install(count: int, note: Note, record: Optional[Record] = None) -> Emulation:
-    """Emulate `count` GPUs in this process; `note` says a thing once, `record(kind, **data)` publishes a placement."""
+def install(count: int, note: Note, record: Optional[Record] = None, simulated_dataparallel: bool = False) -> Emulation:
+    """Emulate `count` GPUs in this process; `note` says a thing once, `record(kind, **data)` publishes a placement.
+
+    `simulated_dataparallel`: DataParallel's forward is simulated on the GPUs (`dplint run --devices`), so a
+    wrapper keeps the `device_ids` it was given; otherwise it runs its module once, unsplit.
+    """
     global _active
     if _active is not None:
         raise RuntimeError("GPU emulation is already installed in this process")
     _active = emulation = Emulation(count, note, record)
     _install_queries(emulation)
     _install_placement(emulation)
-    _install_modules(emulation)
+    _install_modules(emulation, simulated_dataparallel)
     _install_load(emulation)
     _install_precision(emulation)
     _install_distributed(emulation)
@@ -372,7 +377,7 @@ def place_module(emulation: Emulation, module: nn.Module, index: Optional[int]) 
         module.register_forward_pre_hook(lambda m, a, k: emulation.check_inputs(m, a, k), with_kwargs=True)
 
 
-def _install_modules(emulation: Emulation) -> None:
+def _install_modules(emulation: Emulation, simulated_dataparallel: bool) -> None:
     module_to, module_cpu = nn.Module.to, nn.Module.cpu
     parameter_new = nn.Parameter.__new__
 
@@ -421,12 +426,18 @@ def _install_modules(emulation: Emulation) -> None:
     nn.SyncBatchNorm.forward = sync_batch_norm
     data_parallel = nn.DataParallel.__init__
 
-    @functools.wraps(data_parallel)
-    def data_parallel_init(self: nn.DataParallel, module: nn.Module, *args: Any, **kwargs: Any) -> None:
-        emulation.note("DataParallel runs its module once, unsplit: its devices are not emulated")
-        data_parallel(self, module, [], *args[1:], **{k: v for k, v in kwargs.items() if k != "device_ids"})
+    # DataParallel takes torch's path for a machine without GPUs (it would query real GPUs' properties):
+    # it keeps no devices and calls its module once, unsplit, unless dplint simulates its forward.
+    # (`torch.nn.parallel.data_parallel` is the function, which hides its module of the same name.)
+    sys.modules["torch.nn.parallel.data_parallel"]._get_available_device_type = lambda: None  # type: ignore[attr-defined]
+    if not simulated_dataparallel:
 
-    nn.DataParallel.__init__ = data_parallel_init
+        @functools.wraps(data_parallel)
+        def data_parallel_init(self: nn.DataParallel, *args: Any, **kwargs: Any) -> None:
+            emulation.note("DataParallel runs its module once, unsplit: its devices are not emulated")
+            data_parallel(self, *args, **kwargs)
+
+        nn.DataParallel.__init__ = data_parallel_init
 
 
 # torch.load --------------------------------------------------------------------------------------

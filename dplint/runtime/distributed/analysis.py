@@ -33,8 +33,11 @@ def _reported(events: Events) -> List[Finding]:
     for rank, rank_events in sorted(_by(events, "finding").items()):
         for event in rank_events:
             seen[(event["code"], event["message"], event["where"])].append(rank)
-    # Seen by each rank on its own, so the message says which ranks saw it.
-    return [runtime_finding(code, f"{message} ({_ranks(ranks)})", where, tuple(ranks)) for (code, message, where), ranks in seen.items()]
+    # Seen by each rank on its own, so the message says which ranks saw it (when there are several).
+    return [
+        runtime_finding(code, f"{message} ({_ranks(ranks)})" if len(events) > 1 else message, where, tuple(ranks))
+        for (code, message, where), ranks in seen.items()
+    ]
 
 
 def _indexed(events: Events, kind: str) -> Dict[int, Dict[int, Dict[str, Any]]]:

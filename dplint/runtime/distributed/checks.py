@@ -138,15 +138,18 @@ class _RankChecks:
 _active: Optional[_RankChecks] = None
 
 
-def install(channel: Channel, checks: Set[str], group_ready: bool = False, gpus: int = 0) -> None:
-    """Install the shims and the chosen checks in this process (one rank), with `gpus` emulated GPUs (0: CUDA hidden)."""
+def install(channel: Channel, checks: Set[str], group_ready: bool = False, gpus: int = 0, dataparallel: bool = False) -> None:
+    """Install the shims and the chosen checks in this process (one rank), with `gpus` emulated GPUs (0: CUDA hidden);
+    `dataparallel`: one process whose DataParallel forwards are simulated on those GPUs, with their checks."""
     global _active
     unknown = set(checks) - set(ALL_CHECKS)
     if unknown:
         raise ValueError(f"unknown distributed checks: {sorted(unknown)}; choose from {list(ALL_CHECKS)}")
     _active = rank = _RankChecks(channel, set(checks), group_ready)
     if gpus:
-        devices.install(gpus, rank.note, channel.event)  # first: the checks below wrap its DDP and collectives
+        devices.install(gpus, rank.note, channel.event, dataparallel)  # first: the checks below wrap its DDP and collectives
+    if dataparallel:
+        _install_dataparallel(channel, gpus)
     _install_shims(rank)
     if checks & {"collectives", "samplers"}:
         torch.autograd.backward = _backward(rank, torch.autograd.backward)
@@ -330,6 +333,24 @@ def _collective(rank: _RankChecks, name: str, original: Callable[..., Any]) -> C
         return result
 
     return collective
+
+
+def _install_dataparallel(channel: Channel, gpus: int) -> None:
+    """DataParallel's checks on `gpus` simulated devices; their warnings (advice) become findings."""
+    import warnings
+
+    from dplint import runtime
+
+    runtime.install(devices=max(gpus, 1))
+    show = warnings.showwarning
+
+    def showwarning(message: Any, category: Any, filename: str, lineno: int, *args: Any, **kwargs: Any) -> None:
+        if isinstance(message, runtime.PitfallWarning):
+            channel.finding(message.code, message.message, f"{display_path(filename)}:{lineno}")
+        else:
+            show(message, category, filename, lineno, *args, **kwargs)
+
+    warnings.showwarning = showwarning
 
 
 def explained(error: BaseException) -> BaseException:

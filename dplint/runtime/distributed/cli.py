@@ -36,10 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
         "failed rank, 2 usage error or ranks that did not join, 130 interrupted.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--nproc-per-node", "--nproc_per_node", dest="nprocs", type=int, default=2, metavar="N",
+    parser.add_argument("--nproc-per-node", "--nproc_per_node", dest="nprocs", type=int, metavar="N",
                         help="processes (ranks) to start (default: 2)")  # fmt: skip
     parser.add_argument("--gpus-per-node", dest="gpus", type=int, metavar="N",
                         help="GPUs each rank sees, emulated on the CPU (default: one per rank; 0: none, CUDA hidden)")  # fmt: skip
+    parser.add_argument("--devices", type=int, metavar="N",
+                        help="a DataParallel script: one process, as `python script.py`, with N emulated GPUs and its "
+                        "DataParallel forwards simulated on them, with the DataParallel checks")  # fmt: skip
     parser.add_argument("--nnodes", default="1", help="accepted for torchrun compatibility; only 1 node is run")
     parser.add_argument("--standalone", action="store_true", help="accepted for torchrun compatibility (always standalone)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
@@ -62,8 +65,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.nnodes not in ("1", "1:1"):
         parser.error(f"only one node is run on CPU; got --nnodes {args.nnodes}")
-    if args.nprocs < 1:
+    if args.nprocs is not None and args.nprocs < 1:
         parser.error(f"--nproc-per-node must be at least 1, got {args.nprocs}")
+    if args.devices is not None:
+        if args.devices < 1:
+            parser.error(f"--devices must be at least 1, got {args.devices}")
+        if args.nprocs is not None or args.gpus is not None:
+            parser.error("--devices runs one process with N GPUs: it takes no --nproc-per-node or --gpus-per-node")
+        args.nprocs, args.gpus = 1, args.devices
+    elif args.nprocs is None:
+        args.nprocs = 2
     if args.gpus is not None and args.gpus < 0:
         parser.error(f"--gpus-per-node must be 0 or more, got {args.gpus}")
     if args.timeout <= 0:
@@ -88,7 +99,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     target = ["-m", args.training_script] if args.module else [args.training_script]
     terminate = signal.signal(signal.SIGTERM, _terminated)
     try:
-        outcome = run_script([*target, *args.training_script_args], args.nprocs, args.timeout, checks, args.gpus)
+        outcome = run_script([*target, *args.training_script_args], args.nprocs, args.timeout, checks, args.gpus, args.devices is not None)
     except KeyboardInterrupt:
         print("dplint run: interrupted; the ranks were stopped", file=sys.stderr)
         return 130
@@ -110,6 +121,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     if findings:
         return 1
+    if args.devices is not None:
+        print(f"dplint run: the script finished on {args.devices} emulated GPUs; no pitfalls found", file=sys.stderr)
+        return 0
     print(f"dplint run: {args.nprocs} rank{'s' * (args.nprocs != 1)} finished; no distributed pitfalls found", file=sys.stderr)
     return 0
 

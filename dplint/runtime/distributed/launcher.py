@@ -76,11 +76,12 @@ class Outcome:
     joined: List[int]  # the ranks that joined a process group of all the ranks
     spawns: List[Dict[str, Any]]  # the script's own mp.spawn calls that started no process
     gpus: int = 0  # the GPUs each rank saw (0: CUDA hidden)
+    dataparallel: bool = False  # one process, DataParallel simulated: no process group to join
 
     def incomplete(self) -> Optional[str]:
         """Why a run without failures proves nothing (None: every rank joined, and ran what it was given)."""
         world = len(self.states)
-        if len(self.joined) == world and not self.spawns:
+        if (len(self.joined) == world or self.dataparallel) and not self.spawns:
             return None
         joined = f"{len(self.joined)} of {world} rank{'s' * (world != 1)} joined a process group"
         if self.spawns:
@@ -226,16 +227,23 @@ def _context() -> Any:
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     # DistributedDataParallel's constructor imports torch._dynamo (seconds): once here, not in every rank.
-    context.set_forkserver_preload(["dplint.runtime.distributed.rank", "dplint.runtime.distributed.checks", "torch._dynamo"])
+    context.set_forkserver_preload(["dplint.runtime.distributed.rank", "dplint.runtime.distributed.checks", "dplint.runtime", "torch._dynamo"])
     return context
 
 
 def run_script(
-    target: Sequence[str], nprocs: int, timeout: float = DEFAULT_TIMEOUT, checks: Optional[Iterable[str]] = None, gpus: Optional[int] = None
+    target: Sequence[str],
+    nprocs: int,
+    timeout: float = DEFAULT_TIMEOUT,
+    checks: Optional[Iterable[str]] = None,
+    gpus: Optional[int] = None,
+    dataparallel: bool = False,
 ) -> Outcome:
     """`dplint run`: run a script (or `-m` module) as `__main__` in each rank, as torchrun would.
 
-    Each rank sees `gpus` emulated GPUs (None: one per rank; 0: none, CUDA hidden).
+    Each rank sees `gpus` emulated GPUs (None: one per rank; 0: none, CUDA hidden). `dataparallel`
+    (`dplint run --devices N`): one process, as `python script.py`, its DataParallel forwards simulated
+    on the `gpus` GPUs with the DataParallel checks.
     """
     from dplint.runtime.distributed.rank import run_script as run_rank
 
@@ -243,9 +251,12 @@ def run_script(
     gpus = nprocs if gpus is None else gpus
     if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
         raise ValueError(f"gpus must be a non-negative int, got {gpus!r}")
-    settings = {"timeout": float(timeout), "checks": chosen, "launcher": os.getpid(), "gpus": gpus}
+    if dataparallel and (nprocs != 1 or gpus < 1):
+        raise ValueError("a DataParallel run is one process with at least one GPU")
+    settings = {"timeout": float(timeout), "checks": chosen, "launcher": os.getpid(), "gpus": gpus, "dataparallel": dataparallel}
     outcome = _run(run_rank, (tuple(target),), nprocs, settings)
     outcome.gpus = gpus
+    outcome.dataparallel = dataparallel
     return outcome
 
 

@@ -89,11 +89,17 @@ def _print_user_traceback(error: BaseException) -> None:
     sys.stderr.write("".join(shown.format()))
 
 
+def _is_dataparallel_pitfall(error: BaseException) -> bool:
+    runtime = sys.modules.get("dplint.runtime.dataparallel.checks")
+    return runtime is not None and isinstance(error, runtime.PitfallError)
+
+
 def _quiet(channel: Any, error: BaseException) -> bool:
     """Failures whose traceback says nothing: dplint's own findings, and a rank's reaction to a failed peer."""
     from dplint.runtime.distributed.errors import DistributedPitfall, PeerFailed, SetupError
 
-    return isinstance(error, (DistributedPitfall, PeerFailed, SetupError, KeyboardInterrupt)) or channel.a_peer_failed()
+    quiet = (DistributedPitfall, PeerFailed, SetupError, KeyboardInterrupt)
+    return isinstance(error, quiet) or _is_dataparallel_pitfall(error) or channel.a_peer_failed()
 
 
 def _publish_failure(channel: Any, error: BaseException) -> None:
@@ -113,6 +119,12 @@ def _publish_failure(channel: Any, error: BaseException) -> None:
     )
     if pitfall:
         failure.message = str(pitfall)
+    elif _is_dataparallel_pitfall(error):  # `dplint run --devices`: a DataParallel check stopped the script
+        from dplint.runtime.distributed.channel import display_path
+
+        failure.code, failure.message = error.code, f"{error.code} {error.message}"  # type: ignore[attr-defined]
+        if getattr(error, "filename", None):
+            failure.where = where = f"{display_path(error.filename)}:{error.lineno}"  # type: ignore[attr-defined]
     channel.store.set(state_key(channel.rank), f"failed at {where}: {failure.kind}: {failure.message}")
     channel.store.set(error_key(channel.rank), json.dumps(asdict(failure)))
 
@@ -173,7 +185,13 @@ def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Se
     channel = _connect(settings)
     status = 0
     try:
-        checks.install(channel, set(settings["checks"]), gpus=settings["gpus"])
+        checks.install(channel, set(settings["checks"]), gpus=settings["gpus"], dataparallel=bool(settings.get("dataparallel")))
+        if settings.get("dataparallel"):
+            # One process, as `python train.py` runs it: no torchrun variables, so the script takes its own path.
+            for name in ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "ROLE_WORLD_SIZE",
+                         "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT",
+                         "TORCHELASTIC_RUN_ID", "TORCHELASTIC_MAX_RESTARTS"):  # fmt: skip
+                os.environ.pop(name, None)
         channel.state(f"is running {' '.join(target)} and has made no collective yet")
         if target[0] == "-m":
             sys.argv = [target[1], *target[2:]]
