@@ -268,12 +268,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 
 
 def _annotation(pitfall: Any) -> str:
-    from dplint.reporters import github_command, relative_uri, workspace_root
+    from dplint.reporters import github_annotation, github_command, workspace_root
 
-    properties: List[Any] = [("title", f"dplint ({pitfall.code})")]
-    if pitfall.filename:
-        properties += [("file", relative_uri(pitfall.filename, workspace_root())), ("line", pitfall.lineno)]
-    return github_command("error", properties, f"{pitfall.code} {pitfall.message}")
+    if pitfall.finding is None:
+        return github_command("error", [("title", f"dplint ({pitfall.code})")], f"{pitfall.code} {pitfall.message}")
+    return github_annotation(pitfall.finding, workspace_root())  # the linter's annotation of the same finding
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

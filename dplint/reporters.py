@@ -216,21 +216,26 @@ def github_command(level: str, properties: Sequence[Tuple[str, object]], message
     return f"::{level} {rendered}::{_escape_data(message)}"
 
 
+def github_annotation(finding: Finding, root: str) -> str:
+    """The workflow command that annotates the finding's line in a GitHub check run."""
+    path = relative_uri(finding.filename, root)
+    properties = [
+        ("title", f"dplint ({finding.code})"),
+        ("file", path),
+        ("line", finding.location.row),
+        ("col", finding.location.column),
+        ("endLine", finding.end_location.row),
+        ("endColumn", finding.end_location.column),
+    ]
+    message = finding.message_for(lambda filename: relative_uri(filename, root))
+    text = f"{path}:{finding.location.row}:{finding.location.column}: {finding.code} {message}"
+    return github_command(finding.severity, properties, text)
+
+
 def write_github(findings: Sequence[Finding], out: TextIO) -> None:
     root = workspace_root()
     for finding in findings:
-        path = relative_uri(finding.filename, root)
-        properties = [
-            ("title", f"dplint ({finding.code})"),
-            ("file", path),
-            ("line", finding.location.row),
-            ("col", finding.location.column),
-            ("endLine", finding.end_location.row),
-            ("endColumn", finding.end_location.column),
-        ]
-        message = finding.message_for(lambda filename: relative_uri(filename, root))
-        text = f"{path}:{finding.location.row}:{finding.location.column}: {finding.code} {message}"
-        out.write(github_command(finding.severity, properties, text) + "\n")
+        out.write(github_annotation(finding, root) + "\n")
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_file:
         with open(summary_file, "a", encoding="utf-8") as handle:

@@ -31,6 +31,7 @@ from dplint.rules.invalid_device_string import InvalidDeviceString
 from dplint.rules.loss_data_index import LossDataIndex
 from dplint.rules.model_outside_strategy_scope import ModelOutsideStrategyScope
 from dplint.rules.module_off_primary_device import ModuleOffPrimaryDevice
+from dplint.rules.parameters_in_replica_forward import ParametersInReplicaForward
 from dplint.rules.parse_error import ParseError
 from dplint.rules.replica_divergence import ReplicaDivergence
 from dplint.rules.rnn_without_flatten_parameters import RnnWithoutFlattenParameters
@@ -64,6 +65,7 @@ CHECKS: List[Type[Rule]] = [
     ForwardMutatesModuleState,
     ScalarOutputFromForward,
     RnnWithoutFlattenParameters,
+    ParametersInReplicaForward,
     LossDataIndex,
     AccumulatedLossTensor,
     ModelOutsideStrategyScope,

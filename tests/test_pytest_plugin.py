@@ -126,7 +126,8 @@ def test_github_annotations(crnn_project, monkeypatch):
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_WORKSPACE", str(crnn_project.path))
     result = crnn_project.runpytest_subprocess("--dplint")
-    result.stdout.fnmatch_lines(["::error title=dplint (DPL301),file=crnn_model.py,line=*::DPL301 forward returned*"])
+    # The linter's annotation of the same finding: its file, line and column, then `path:line:col: CODE message`.
+    result.stdout.fnmatch_lines(["::error title=dplint (DPL301),file=crnn_model.py,line=*,col=*::crnn_model.py:*:*: DPL301 forward returned*"])
 
 
 def test_bad_device_count_is_a_usage_error(crnn_project):

@@ -934,3 +934,29 @@ def test_dpl301_on_an_uneven_last_batch_says_torchs_gather_raises_and_warn_goes_
     with torch.no_grad():
         single = torch.cat([model(images[:2]), model(images[2:])], dim=1)
     torch.testing.assert_close(out.detach(), single)  # the batch concatenated where it is, as one device returns it
+
+
+class DeviceOfFirstParameter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x.to(next(self.parameters()).device))  # empty on replicas since torch 1.5
+
+
+@pytest.mark.parametrize("grad, failing", [(True, 0), (False, 1)])
+def test_dpl311_replicas_have_no_parameters_as_torchs_replicate_leaves_them(torch_on_cpu, grad, failing):
+    """replicate.py setattr()s each copy on a replica whose `_parameters` is empty: with gradients every
+    replica's `parameters()` is empty; without, replica 0 gets the Parameters themselves (registered)."""
+    x = torch.randn(4, 4)
+    expected = f"Caught StopIteration in replica {failing} on device {failing}"
+    with torch.set_grad_enabled(grad):
+        with pytest.raises(StopIteration, match=expected):
+            torch_on_cpu(DeviceOfFirstParameter(), [0, 1])(x)  # torch's own code
+        with runtime.checking(devices=2, ignore=["DPL311"]), pytest.raises(StopIteration, match=expected):
+            nn.DataParallel(DeviceOfFirstParameter())(x)  # the simulation
+        # With GPUs (no simulation), the check reads torch's own error between its steps.
+        with runtime.checking(), pytest.raises(PitfallError, match=f"DPL311 .* raised StopIteration in replica {failing}") as info:
+            torch_on_cpu(DeviceOfFirstParameter(), [0, 1])(x)
+    assert isinstance(info.value.__cause__, StopIteration) and info.value.filename == __file__

@@ -12,14 +12,21 @@ Settings are per thread (per context, `contextvars`): `checking()` in one thread
 thread's DataParallel calls as they were. torch itself is patched while any thread has the checks on;
 only `DataParallel.__init__` stays wrapped from the import of this module on, to keep each wrapper's
 `dim` and `device_ids`, which torch drops on machines without GPUs.
+
+An exception that leaves a patched function (a finding, or the user's own from a replica's forward)
+shows the user's frames and torch's, none of dplint's (`frames`), whether the checks were turned on
+by `checking()` or by `install()`; `checking()`'s exit unlinks them from what leaves its block too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import inspect
 import io
+import linecache
+import re
 import threading
 import warnings
 import weakref
@@ -30,39 +37,77 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Opt
 import torch
 from torch import nn
 
-from dplint.runtime.dataparallel import messages, module_state, simulation
+from dplint.finding import Finding
+from dplint.runtime.dataparallel import frames, messages, module_state, simulation
+from dplint.runtime.findings import runtime_finding
 
 __all__ = ["RUNTIME_CODES", "PitfallError", "PitfallWarning", "checking", "install", "is_installed", "uninstall"]
 
-RUNTIME_CODES = frozenset({"DPL103", "DPL301", "DPL303", "DPL304", "DPL305", "DPL306", "DPL307", "DPL309", "DPL310"})
+RUNTIME_CODES = frozenset(
+    {"DPL103", "DPL301", "DPL303", "DPL304", "DPL305", "DPL306", "DPL307", "DPL309", "DPL310", "DPL311"}
+)
 ADVICE = frozenset({"DPL306", "DPL307"})
 ACTIONS = ("raise", "warn")
 
 
-class _Located:
-    """What both the error and the warning carry: the code, the message and where `forward` is."""
+# A line of the user's code, where a finding happened there rather than at `forward`: the file, the
+# line and the function it is in.
+Line = Tuple[str, int, str]
 
-    def _locate(self, code: str, message: str, module: Optional[nn.Module]) -> str:
+
+class _Located:
+    """What both the error and the warning carry: the code, the message and where `forward` is (or the
+    line of the user's code the finding is about)."""
+
+    def _locate(self, code: str, message: str, module: Optional[nn.Module], line: Optional[Line] = None) -> str:
         self.code = code
         self.message = message
         self.module_class = type(module).__qualname__ if module is not None else None
+        if line is not None:
+            self.filename, self.lineno, function = line
+            return f"{code} {message} [{function} at {self.filename}:{self.lineno}, on a {self.module_class} replica]"
         self.filename, self.lineno = _forward_location(type(module)) if module is not None else (None, None)
         where = f" [{self.module_class}.forward at {self.filename}:{self.lineno}]" if self.filename else ""
         return f"{code} {message}{where}"
+
+    @property
+    def finding(self) -> Optional[Finding]:
+        """The linter's Finding for it (what `dplint run --devices` and the CI annotations report); None
+        when it has no place in the user's code (a module of torch's own)."""
+        if not self.filename:
+            return None
+        from dplint.runtime.distributed.channel import display_path
+
+        return runtime_finding(self.code, self.message, f"{display_path(self.filename)}:{self.lineno}")
 
 
 class PitfallError(_Located, RuntimeError):
     """A DataParallel pitfall found at runtime; `.code`, `.message`, `.module_class`, `.filename`, `.lineno`."""
 
-    def __init__(self, code: str, message: str, module: Optional[nn.Module] = None) -> None:
-        super().__init__(self._locate(code, message, module))
+    def __init__(self, code: str, message: str, module: Optional[nn.Module] = None, line: Optional[Line] = None) -> None:
+        super().__init__(self._locate(code, message, module, line))
 
 
 class PitfallWarning(_Located, UserWarning):
     """An advice-level pitfall, or any pitfall under `action="warn"`; same attributes as PitfallError."""
 
-    def __init__(self, code: str, message: str, module: Optional[nn.Module] = None) -> None:
-        super().__init__(self._locate(code, message, module))
+    def __init__(self, code: str, message: str, module: Optional[nn.Module] = None, line: Optional[Line] = None) -> None:
+        super().__init__(self._locate(code, message, module, line))
+
+
+def _entry(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A function of dplint that torch or the user calls (a patch): an exception leaving it, a finding or
+    the user's own, shows none of dplint's frames (`frames`), under `checking()` and `install()` alike."""
+
+    @functools.wraps(function)
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except BaseException as error:
+            frames.hide_own_frames(error, (PitfallError, PitfallWarning))
+            raise
+
+    return entry
 
 
 def _forward_location(cls: type) -> Tuple[Optional[str], Optional[int]]:
@@ -156,16 +201,27 @@ def is_installed() -> bool:
     return bool(_settings.get())
 
 
-@contextlib.contextmanager
+class _Checking(contextlib.ContextDecorator):
+    """`checking()`'s block (or decorated function): installed on entry, uninstalled on exit."""
+
+    def __init__(self, devices: Optional[int], action: str, ignore: Iterable[str], check_rows: bool) -> None:
+        self.settings = {"devices": devices, "action": action, "ignore": ignore, "check_rows": check_rows}
+
+    def __enter__(self) -> None:
+        install(**self.settings)
+
+    def __exit__(self, exc_type: Any, error: Optional[BaseException], tb: Any) -> bool:
+        uninstall()
+        if error is not None:  # what leaves the block shows the user's frames and torch's, not dplint's
+            frames.hide_own_frames(error, (PitfallError, PitfallWarning))
+        return False
+
+
 def checking(
     devices: Optional[int] = None, action: str = "raise", ignore: Iterable[str] = (), check_rows: bool = False
-) -> Iterator[None]:
+) -> contextlib.AbstractContextManager:
     """Check every DataParallel forward of this thread inside the block; arguments as for `install`."""
-    install(devices=devices, action=action, ignore=ignore, check_rows=check_rows)
-    try:
-        yield
-    finally:
-        uninstall()
+    return _Checking(devices, action, ignore, check_rows)
 
 
 def _current() -> Optional[Settings]:
@@ -209,6 +265,7 @@ def _original(owner: type, name: str) -> Any:
     return _originals[(owner, name)]
 
 
+@_entry
 def _recording_init(self: nn.DataParallel, module: nn.Module, device_ids=None, output_device=None, dim: int = 0) -> None:
     _original(nn.DataParallel, "__init__")(self, module, device_ids, output_device, dim)
     # Without CUDA, DataParallel returns from __init__ before storing these; simulation needs them.
@@ -233,6 +290,7 @@ def _parameters_changed(module: nn.Module, *args: Any) -> None:
         _generation[0] += 1
 
 
+@_entry
 def _tracking_apply(self: nn.Module, *args: Any, **kwargs: Any) -> nn.Module:
     _generation[0] += 1
     return _original(nn.Module, "_apply")(self, *args, **kwargs)
@@ -266,6 +324,7 @@ def _state_dict_keys(module: nn.Module) -> Optional[set]:
     return keys
 
 
+@_entry
 def _checked_load_state_dict(self: nn.Module, state_dict: Any, strict: bool = True, *args: Any, **kwargs: Any) -> Any:
     """DPL303: keys that differ from the model's by the `module.` prefix (under strict=False, nothing loads)."""
     settings = _current()
@@ -285,6 +344,7 @@ def _checked_load_state_dict(self: nn.Module, state_dict: Any, strict: bool = Tr
 # ----- the forward, and DataParallel's steps under simulation -----------------------------------------
 
 
+@_entry
 def _checked_forward(self: nn.DataParallel, *inputs: Any, **kwargs: Any) -> Any:
     settings = _current()
     if settings is None:
@@ -297,6 +357,7 @@ def _simulating(wrapper: nn.DataParallel) -> Optional["_Call"]:
     return call if call is not None and call.wrapper is wrapper else None
 
 
+@_entry
 def _scatter(self: nn.DataParallel, inputs: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]], device_ids: Sequence[Any]) -> Any:
     call = _simulating(self)
     if call is None:
@@ -304,12 +365,14 @@ def _scatter(self: nn.DataParallel, inputs: Tuple[Any, ...], kwargs: Optional[Di
     return simulation.scatter_kwargs(inputs, kwargs or {}, len(device_ids), call.dim)
 
 
+@_entry
 def _replicate(self: nn.DataParallel, module: nn.Module, device_ids: Sequence[Any]) -> List[nn.Module]:
     if _simulating(self) is None:
         return _original(nn.DataParallel, "replicate")(self, module, device_ids)
     return simulation.replicate(module, len(device_ids), not torch.is_grad_enabled())
 
 
+@_entry
 def _parallel_apply(self: nn.DataParallel, replicas: Sequence[nn.Module], inputs: Sequence[Any], kwargs: Any) -> List[Any]:
     call = _simulating(self)
     if call is None:
@@ -317,6 +380,7 @@ def _parallel_apply(self: nn.DataParallel, replicas: Sequence[nn.Module], inputs
     return simulation.parallel_apply(replicas, inputs, kwargs, call.device_ids[: len(replicas)])
 
 
+@_entry
 def _gather(self: nn.DataParallel, outputs: Any, output_device: Any) -> Any:
     call = _simulating(self)
     if call is None:
@@ -380,6 +444,29 @@ def _map_tensors(obj: Any, function: Callable[[torch.Tensor], torch.Tensor]) -> 
     return obj
 
 
+# What torch's ExceptionWrapper says of an exception in a replica: which one, and the traceback's frames
+# (the innermost last), each with its source line when Python had it.
+_CAUGHT = re.compile(r"Caught \w+ in replica (?P<replica>\d+) on device ")
+_FRAME = re.compile(r'^  File "(?P<filename>[^"]+)", line (?P<lineno>\d+), in (?P<function>[^\n]+)\n(?:    (?P<source>[^\n]*)\n)?', re.M)
+_TAKES_PARAMETERS = re.compile(r"parameters\(")  # `named_parameters(` too
+
+
+def _failed_replica(error: BaseException) -> Optional[Tuple[int, Line, str]]:
+    """The replica whose forward raised `error` (re-raised by torch's ExceptionWrapper), the line that
+    raised it, and that line's source, when that line takes something from `parameters()`."""
+    text = str(error)
+    caught = _CAUGHT.match(text)
+    found = list(_FRAME.finditer(text))
+    if caught is None or not found:
+        return None
+    innermost = found[-1]
+    filename, lineno = innermost["filename"], int(innermost["lineno"])
+    source = (innermost["source"] or linecache.getline(filename, lineno)).strip()
+    if not _TAKES_PARAMETERS.search(source):
+        return None
+    return int(caught["replica"]), (filename, lineno, innermost["function"]), source
+
+
 def _tolerance(reference: torch.Tensor) -> float:
     """Beyond float rounding (chunked and full-batch kernels sum in different orders)."""
     relative = 1e-3 if reference.dtype in (torch.float32, torch.float64, torch.complex64, torch.complex128) else 3e-2
@@ -396,12 +483,16 @@ class _Call:
         self.dim: Optional[int] = getattr(wrapper, "dim", None)
         self.device_ids: List[Any] = list(wrapper.device_ids)
 
-    def report(self, code: str, message: str, advice: bool = False) -> None:
+    def report(
+        self, code: str, message: str, advice: bool = False, cause: Optional[BaseException] = None, line: Optional[Line] = None
+    ) -> None:
         if code in self.settings.ignore:
             return
         if not advice and code not in ADVICE and self.settings.action == "raise":
-            raise PitfallError(code, message, self.module)
-        warning = PitfallWarning(code, message, self.module)
+            if cause is not None:
+                raise PitfallError(code, message, self.module, line) from cause
+            raise PitfallError(code, message, self.module, line)
+        warning = PitfallWarning(code, message, self.module, line)
         if warning.filename is None:
             warnings.warn(warning, stacklevel=3)
         else:  # point at the module's forward, not at dplint's frames
@@ -455,7 +546,11 @@ class _Call:
         replicas = wrapper.replicate(self.module, self.device_ids[: len(scattered)])
         before = [module_state.snapshot(replica) for replica in replicas]
         rng = torch.get_rng_state() if self.rows_checked else None
-        outputs = wrapper.parallel_apply(replicas, scattered, scattered_kwargs)
+        try:
+            outputs = wrapper.parallel_apply(replicas, scattered, scattered_kwargs)
+        except (StopIteration, IndexError) as error:
+            self.check_replica_parameters(error, replicas)
+            raise
         refused = self.check_outputs(outputs, sizes, scattered, scattered_kwargs)
         self.check_state(replicas, before)
         if refused:  # warned, not raised: torch's gather would raise
@@ -512,6 +607,20 @@ class _Call:
         ]
         dropped, total, where = worst
         self.report("DPL310", messages.samples_dropped(dropped, total, f"`{where}`", self.dim, len(scattered), counts))
+
+    def check_replica_parameters(self, error: BaseException, replicas: Sequence[nn.Module]) -> None:
+        """DPL311: a replica's forward stopped at `next(self.parameters())` (StopIteration) or
+        `list(self.parameters())[0]` (IndexError), which its empty `parameters()` raise. Under
+        action="warn" the warning is given and torch's error goes on."""
+        failed = _failed_replica(error)
+        if failed is None or "DPL311" in self.settings.ignore:
+            return
+        replica, line, source = failed
+        if replica >= len(replicas) or next(replicas[replica].parameters(), None) is not None:
+            return  # a replica with parameters (replica 0 without gradients holds the originals)
+        if next(self.module.parameters(), None) is None:
+            return  # nothing to have: the module has no parameters itself
+        self.report("DPL311", messages.parameters_in_replica(source, type(error).__name__, replica), cause=error, line=line)
 
     def check_state(self, replicas: Sequence[nn.Module], before: Sequence[module_state.Snapshot]) -> None:
         """DPL304: compare each replica with itself, before and after its forward."""

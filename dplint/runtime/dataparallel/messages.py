@@ -92,6 +92,16 @@ def scalar_output(where: str, replicas: int, chunk_sizes: Sequence[int]) -> str:
     )
 
 
+def parameters_in_replica(source: str, error: str, replica: int) -> str:
+    """DPL311: a replica's forward took the first of its (empty) `parameters()`."""
+    shown = source if len(source) <= 60 else source[:59] + "…"
+    return (
+        f"`{shown}` raised {error} in replica {replica}: DataParallel's replicas hold their weights as plain "
+        "attributes, not parameters (since torch 1.5), so `parameters()` is empty in their forward; take the "
+        "device or dtype from an input (`x.device`), a registered buffer, or a weight (`self.fc.weight.device`)."
+    )
+
+
 def uneven_batch(batch: int, devices: int, chunk_sizes: Sequence[int]) -> str:
     """DPL306."""
     idle = devices - len(chunk_sizes)

@@ -5,7 +5,8 @@ Each function does what its namesake in torch does, with "copy to device d" left
   shared; inputs that split into different numbers of chunks are cut to the shortest (`zip`).
 - `replicate`: replica 0 gets the original parameters (as views, so gradients flow to them) and the
   original buffers; the other replicas get copies (`broadcast_coalesced`); tied weights stay tied.
-- `parallel_apply`: each replica on its chunk; an exception names the replica, as torch's does.
+- `parallel_apply`: each replica on its chunk; an exception names the replica, as torch's does, and is
+  re-raised as torch's worker threads' are: its traceback as text, nothing chained.
 - `gather`: concatenation along `dim` in the first output's dtype (comm.gather), containers
   recursively with `zip(..., strict=True)`.
 """
@@ -19,6 +20,8 @@ from typing import Any, Dict, List, Sequence, Tuple
 import torch
 from torch import nn
 from torch._utils import ExceptionWrapper
+
+from dplint.runtime.dataparallel import frames
 
 
 def _is_namedtuple(obj: Any) -> bool:
@@ -123,10 +126,16 @@ def parallel_apply(
     for i, (replica, positional, keywords, device) in enumerate(zip(replicas, inputs, kwargs, devices)):
         if not isinstance(positional, (list, tuple)):
             positional = (positional,)
+        failure = None
         try:
             outputs.append(replica(*positional, **keywords))
-        except Exception:
-            ExceptionWrapper(where=f"in replica {i} on device {device}").reraise()
+        except Exception as error:
+            # The replica's traceback as torch's worker thread formats it: from the replica's call on,
+            # without this function's frame.
+            exc_info = (type(error), error, frames.without_own_frames(error.__traceback__))
+            failure = ExceptionWrapper(exc_info, where=f"in replica {i} on device {device}")
+        if failure is not None:
+            failure.reraise()  # as torch does, in the caller and outside any handler: nothing chained
     return outputs
 
 

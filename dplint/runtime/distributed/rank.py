@@ -120,11 +120,10 @@ def _publish_failure(channel: Any, error: BaseException) -> None:
     if pitfall:
         failure.message = str(pitfall)
     elif _is_dataparallel_pitfall(error):  # `dplint run --devices`: a DataParallel check stopped the script
-        from dplint.runtime.distributed.channel import display_path
-
-        failure.code, failure.message = error.code, f"{error.code} {error.message}"  # type: ignore[attr-defined]
-        if getattr(error, "filename", None):
-            failure.where = where = f"{display_path(error.filename)}:{error.lineno}"  # type: ignore[attr-defined]
+        finding = error.finding  # type: ignore[attr-defined]
+        failure.code, failure.message = finding.code if finding else error.code, f"{error.code} {error.message}"  # type: ignore[attr-defined]
+        if finding is not None:
+            failure.where = where = f"{finding.path}:{finding.location.row}"
     channel.store.set(state_key(channel.rank), f"failed at {where}: {failure.kind}: {failure.message}")
     channel.store.set(error_key(channel.rank), json.dumps(asdict(failure)))
 
