@@ -1,10 +1,14 @@
-"""A torchrun script stuck in a slow data pipeline: each rank and its DataLoader workers write their pids, then wait."""
+"""A torchrun script stuck in a slow data pipeline: each rank and its DataLoader workers write their pids, then wait.
+
+With a second argument `gpu0`, every rank first puts a tensor on GPU 0 (DPL508), a finding made before the wait.
+"""
 
 import os
 import sys
 import time
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
@@ -26,6 +30,8 @@ def record_worker(worker_id: int) -> None:
 
 if __name__ == "__main__":
     dist.init_process_group("gloo")
+    if sys.argv[2:] == ["gpu0"]:
+        torch.zeros(1).cuda(0)
     (PIDS / f"rank-{dist.get_rank()}").write_text(str(os.getpid()))
     for batch in DataLoader(Slow(), batch_size=4, num_workers=2, worker_init_fn=record_worker):
         pass

@@ -248,7 +248,7 @@ def _spawn_in_place(rank: _RankChecks, name: str) -> Callable[..., Any]:
         elif nprocs != world:
             raise SetupError(f"{call} at {where} asks for {nprocs} ranks; dplint started {world}: run it with --nproc-per-node {nprocs}")
         else:
-            rank.note(f"{call} at {where} runs {getattr(fn, '__name__', 'fn')}(LOCAL_RANK, ...) in each of the {world} ranks")
+            rank.note(f"{call} at {where} runs {getattr(fn, '__name__', 'fn')}(LOCAL_RANK, ...) in each of the {world} rank{'s' * (world != 1)}")
             fn(int(os.environ["LOCAL_RANK"]), *args)
         return None if join else mp.ProcessContext([], [])
 

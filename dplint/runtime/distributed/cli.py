@@ -20,6 +20,8 @@ _CHECKS_HELP = {
     "checkpoints": "DPL505: the same path saved from several ranks",
     "unused-parameters": "DPL521: the parameters without a gradient",
 }
+# torchrun's rendezvous and restart flags: accepted and ignored (one node, dplint's own store), said once.
+_RENDEZVOUS = ("rdzv-id", "rdzv-endpoint", "rdzv-backend", "rdzv-conf", "master-addr", "master-port", "node-rank", "max-restarts")
 _RUNTIME_EXTRA = "pip install '.[runtime]' in a clone of dplint (pip install 'dplint[runtime]' once it is published)"
 
 
@@ -32,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
         "dplint's distributed checks. NCCL runs as gloo; the GPUs are emulated, with the data on the CPU.",
         epilog=f"checks (--checks, default all):\n{listed}\n\n"
         "The findings are the linter's, in its formats (--format); a rank's own error goes to stderr with its traceback.\n"
+        "torchrun's rendezvous flags (--rdzv-id, --rdzv-endpoint, --rdzv-backend, --rdzv-conf, --master-addr,\n"
+        "--master-port, --node-rank, --max-restarts) are accepted and ignored: one node, dplint's own store.\n"
         "Exit status: 0 every rank joined the process group and finished with no findings, 1 findings or a\n"
         "failed rank, 2 usage error or ranks that did not join, 130 interrupted.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -45,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "DataParallel forwards simulated on them, with the DataParallel checks")  # fmt: skip
     parser.add_argument("--nnodes", default="1", help="accepted for torchrun compatibility; only 1 node is run")
     parser.add_argument("--standalone", action="store_true", help="accepted for torchrun compatibility (always standalone)")
+    for flag in _RENDEZVOUS:
+        parser.add_argument(f"--{flag}", f"--{flag.replace('-', '_')}", dest=f"rendezvous_{flag.replace('-', '_')}",
+                            metavar="VALUE", help=argparse.SUPPRESS)  # fmt: skip
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"longest wait on a peer (a collective, the rendezvous) before it is a hang (default: {DEFAULT_TIMEOUT:g})")  # fmt: skip
     parser.add_argument("--checks", metavar="NAMES", help="comma-separated checks to run (default: all; listed below)")
@@ -65,6 +72,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.nnodes not in ("1", "1:1"):
         parser.error(f"only one node is run on CPU; got --nnodes {args.nnodes}")
+    given = [f"--{flag}" for flag in _RENDEZVOUS if getattr(args, f"rendezvous_{flag.replace('-', '_')}") is not None]
+    if given:
+        print(f"dplint: {', '.join(given)} ignored: the ranks meet at dplint's own store, on this machine", file=sys.stderr)
     if args.nprocs is not None and args.nprocs < 1:
         parser.error(f"--nproc-per-node must be at least 1, got {args.nprocs}")
     if args.devices is not None:
@@ -100,11 +110,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     terminate = signal.signal(signal.SIGTERM, _terminated)
     try:
         outcome = run_script([*target, *args.training_script_args], args.nprocs, args.timeout, checks, args.gpus, args.devices is not None)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the ranks started
         print("dplint run: interrupted; the ranks were stopped", file=sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGTERM, terminate)
+    if outcome.interrupted is not None:
+        return _interrupted(outcome, args)
     error = outcome.error()
     findings = outcome.reported()
     if findings or args.output_file or (args.format or "concise") not in ("full", "concise"):
@@ -126,6 +138,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     print(f"dplint run: {args.nprocs} rank{'s' * (args.nprocs != 1)} finished; no distributed pitfalls found", file=sys.stderr)
     return 0
+
+
+def _interrupted(outcome: Any, args: argparse.Namespace) -> int:
+    """A run stopped by Ctrl-C or a signal: the findings the ranks made so far, then how it ended."""
+    stopped = outcome.interrupted
+    status = 130 if isinstance(stopped, KeyboardInterrupt) else (stopped.code if isinstance(stopped.code, int) else 1)
+    how = "interrupted" if isinstance(stopped, KeyboardInterrupt) else f"stopped by signal {status - 128}"
+    findings = outcome.findings
+    if findings or args.output_file or (args.format or "concise") not in ("full", "concise"):
+        try:
+            _report(findings, args)
+        except OSError as problem:
+            print(f"dplint run: error: cannot write {args.output_file}: {problem.strerror or problem}", file=sys.stderr)
+    so_far = f"; {len(findings)} finding{'s' * (len(findings) != 1)} so far" if findings else "; no findings so far"
+    print(f"dplint run: {how}; the ranks were stopped{so_far}", file=sys.stderr)
+    return status
 
 
 def _report(findings: List[Finding], args: argparse.Namespace) -> None:

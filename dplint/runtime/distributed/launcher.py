@@ -77,6 +77,7 @@ class Outcome:
     spawns: List[Dict[str, Any]]  # the script's own mp.spawn calls that started no process
     gpus: int = 0  # the GPUs each rank saw (0: CUDA hidden)
     dataparallel: bool = False  # one process, DataParallel simulated: no process group to join
+    interrupted: Optional[BaseException] = None  # the KeyboardInterrupt or SystemExit (a signal) that stopped the run
 
     def incomplete(self) -> Optional[str]:
         """Why a run without failures proves nothing (None: every rank joined, and ran what it was given)."""
@@ -118,15 +119,30 @@ class _Rank:
         self.stopped = False
 
     def exit_code(self) -> Optional[int]:
-        return self.process.exitcode
+        code = self.process.exitcode
+        # 255 for a rank still running: dplint's forkserver, its parent, was killed (a signal to the
+        # launcher's whole process group: `timeout`, a scheduler), and multiprocessing lost track of it.
+        return None if code == 255 and self._alive() else code
+
+    def _alive(self) -> bool:
+        try:
+            os.kill(self.process.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
     def stop(self) -> None:
-        if self.process.exitcode is None:
+        if self.exit_code() is None:
             self.stopped = True
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)  # the rank's group: it and the processes it started
-            except (ProcessLookupError, AttributeError):  # not yet a group leader, or not POSIX
-                pass
+        try:
+            # Always the rank's whole group: it and the processes it started, even when multiprocessing
+            # believes it ended (a killed forkserver reports every rank ended).
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, AttributeError):  # ended with its group, or not POSIX
+            pass
+        if self.process.exitcode is None:
             self.process.kill()
         self.process.join()
 
@@ -140,18 +156,22 @@ def _store() -> Any:
 def _supervise(store: Any, ranks: List[_Rank], timeout: float) -> Outcome:
     world = len(ranks)
     failed_at: Optional[float] = None
+    interrupted: Optional[BaseException] = None
     try:
-        while True:
-            codes = [rank.exit_code() for rank in ranks]
-            if all(code is not None for code in codes):
-                break
-            if failed_at is None and (
-                any(code not in (None, 0) for code in codes) or any(store.check([keys.error_key(r)]) for r in range(world))
-            ):
-                failed_at = time.monotonic()
-            if failed_at is not None and time.monotonic() - failed_at > min(_GRACE, timeout):
-                break
-            time.sleep(_POLL)
+        try:
+            while True:
+                codes = [rank.exit_code() for rank in ranks]
+                if all(code is not None for code in codes):
+                    break
+                if failed_at is None and (
+                    any(code not in (None, 0) for code in codes) or any(store.check([keys.error_key(r)]) for r in range(world))
+                ):
+                    failed_at = time.monotonic()
+                if failed_at is not None and time.monotonic() - failed_at > min(_GRACE, timeout):
+                    break
+                time.sleep(_POLL)
+        except (KeyboardInterrupt, SystemExit) as stopped:  # Ctrl-C, SIGTERM: what the ranks saw so far is reported
+            interrupted = stopped
         states = {r: _state(store, r) for r in range(world)}
     finally:
         for rank in ranks:
@@ -174,7 +194,7 @@ def _supervise(store: Any, ranks: List[_Rank], timeout: float) -> Outcome:
             results[r] = pickle.loads(store.get(key))
     joined = [r for r in range(world) if keys.read_text(store, keys.joined_key(r)) == str(world)]
     spawns = [event for r in range(world) for event in events[r] if event["kind"] == "spawn"]
-    return Outcome(failures, states, analyse(events), results, joined, spawns)
+    return Outcome(failures, states, analyse(events), results, joined, spawns, interrupted=interrupted)
 
 
 def _state(store: Any, rank: int) -> str:
@@ -208,6 +228,8 @@ def launch(
 
     chosen = _validate(nprocs, timeout, ALL_CHECKS if checks is None else checks, action)
     outcome = _run(run_function, (fn, args, kwargs or {}), nprocs, {"timeout": float(timeout), "checks": chosen, "launcher": os.getpid()})
+    if outcome.interrupted is not None:
+        raise outcome.interrupted
     _report(outcome, action)
     return [outcome.results.get(r) for r in range(nprocs)]
 

@@ -99,7 +99,16 @@ def _quiet(channel: Any, error: BaseException) -> bool:
     from dplint.runtime.distributed.errors import DistributedPitfall, PeerFailed, SetupError
 
     quiet = (DistributedPitfall, PeerFailed, SetupError, KeyboardInterrupt)
-    return isinstance(error, quiet) or _is_dataparallel_pitfall(error) or channel.a_peer_failed()
+    return isinstance(error, quiet) or _is_dataparallel_pitfall(error) or _launcher_gone(channel.a_peer_failed)
+
+
+def _launcher_gone(talk: Callable[[], Any]) -> Any:
+    """`talk()` to the launcher's store; True when the store is gone (the launcher ended: this rank is
+    being stopped, and has nothing left to tell)."""
+    try:
+        return talk()
+    except (RuntimeError, OSError):  # torch's DistNetworkError and DistStoreError are RuntimeErrors
+        return True
 
 
 def _publish_failure(channel: Any, error: BaseException) -> None:
@@ -167,7 +176,7 @@ def run_function(environment: Dict[str, str], settings: Dict[str, Any], fn: Call
         result = fn(*args, **kwargs)
         channel.store.set(result_key(channel.rank), pickle.dumps(result))
     except BaseException as error:  # noqa: B902 - every failure is reported to the launcher, then the rank ends
-        _publish_failure(channel, checks.explained(error))
+        _launcher_gone(lambda: _publish_failure(channel, checks.explained(error)))
         raise SystemExit(1) from None
     else:
         _finish(channel, checks)
@@ -206,17 +215,16 @@ def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Se
         if status:
             caught = _caught_error(exit)
             # A wrapper (`except Exception: sys.exit(1)`, hydra, fire) caught the error: its line is the user's, not the exit's.
-            _publish_failure(
-                channel, caught or SystemExit(f"the script exited with status {status}").with_traceback(exit.__traceback__)
-            )
+            failure = caught or SystemExit(f"the script exited with status {status}").with_traceback(exit.__traceback__)
+            _launcher_gone(lambda: _publish_failure(channel, failure))
     except BaseException as error:  # noqa: B902 - every failure is reported to the launcher
         error = checks.explained(error)
         if not _quiet(channel, error):
             _print_user_traceback(error)
-        _publish_failure(channel, error)
+        _launcher_gone(lambda: _publish_failure(channel, error))
         status = 1
     if status == 0:
-        _finish(channel, checks)
+        _launcher_gone(lambda: _finish(channel, checks))
     sys.stdout.flush()
     sys.stderr.flush()
     raise SystemExit(status)
