@@ -8,11 +8,11 @@ import libcst as cst
 
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.analysis.facts import Wrap
+from dplint.analysis.facts import FUNCTIONAL_DATA_PARALLEL, ProjectFacts, Wrap
 from dplint.analysis.inference import Binding, Inference, Kind, Scope
 from dplint.analysis.names import Body, block_body, dotted, signed_integer_value
 from dplint.finding import FileReference
-from dplint.rule import Invalid, Report, Valid, WrappedForwardRule
+from dplint.rule import Invalid, Report, Rule, Valid, WrappedForwardRule
 
 MOVERS = frozenset({"permute", "transpose", "swapaxes", "swapdims", "movedim", "moveaxis", "t"})
 # Methods and torch functions that keep every dimension where it is.
@@ -38,6 +38,20 @@ class Layout:
 
 
 Value = Union[Layout, Tuple["Value", ...], None]  # a tracked tensor, a tuple of values, or untracked
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """A functional `data_parallel` call in `forward` that scatters a tensor along `dim` while its batch
+    sits elsewhere (`layout`): directly, or through a project function that forwards to it (`helper`:
+    the file and the line of that function's own call)."""
+
+    call: cst.Call
+    inputs: cst.BaseExpression
+    layout: Layout
+    dim: int
+    statement: Optional[cst.CSTNode]
+    helper: Optional[Tuple[str, str, int]] = None  # (filename, shown path, line)
 
 
 def _ints(args: Sequence[cst.Arg]) -> Optional[List[int]]:
@@ -77,6 +91,7 @@ class ForwardLayouts:
         self.statement: Optional[cst.CSTNode] = None
         self.returned: List[Tuple[Layout, cst.Return]] = []
         self.returned_values: List[Value] = []
+        self.scatters: List[Scatter] = []
 
     def run(self) -> List[Tuple[Layout, cst.Return]]:
         params = self.function.params
@@ -193,6 +208,8 @@ class ForwardLayouts:
         qualified = self.ctx.qualify(func)
         if qualified is not None:
             return self._function_call(qualified, call, env)
+        if isinstance(func, cst.Name) and func.value not in env:  # a function of this file (`parallel(self.rnn, x)`)
+            return self._function_call(func.value, call, env)
         if not isinstance(func, cst.Attribute):
             return None
         if self._is_self(func.value):
@@ -204,6 +221,15 @@ class ForwardLayouts:
 
     def _function_call(self, qualified: str, call: cst.Call, env: Dict[str, Value]) -> Value:
         module, _, name = qualified.rpartition(".")
+        if qualified in FUNCTIONAL_DATA_PARALLEL:
+            given = _arguments(call, (0, "module"), (1, "inputs"), (4, "dim"))
+            return self._data_parallel(call, given[0], given[1], _dim(given[2]), None, env)
+        found = self.ctx.project.parallel_helper(qualified, self.ctx.filename)
+        if found is not None:
+            filename, helper = found
+            given = _arguments(call, helper.module, helper.inputs)
+            where = (filename, helper.path, helper.line)
+            return self._data_parallel(call, given[0], given[1], helper.dim, where, env)
         if not call.args:
             return None
         first = self._eval(call.args[0].value, env)
@@ -218,18 +244,46 @@ class ForwardLayouts:
             return None if "loss" in name or name in ("cross_entropy", "kl_div") else first
         return None
 
+    def _data_parallel(
+        self,
+        call: cst.Call,
+        module: Optional[cst.BaseExpression],
+        inputs: Optional[cst.BaseExpression],
+        dim: Optional[int],
+        helper: Optional[Tuple[str, str, int]],
+        env: Dict[str, Value],
+    ) -> Value:
+        """`data_parallel(self.rnn, x, device_ids)`: each GPU runs the module on a slice of `x` along
+        `dim`, and the outputs are joined along `dim` again. A batch elsewhere is a `Scatter`; a batch
+        at `dim` comes back where the module puts it."""
+        if module is None or inputs is None or dim is None:
+            return None
+        value = self._eval(inputs, env)
+        for layout in _layouts(value):
+            if layout.mover is not None and layout.batch_dim != dim:
+                self.scatters.append(Scatter(call, inputs, layout, dim, self.statement, helper))
+                return None
+        if isinstance(value, Layout) and value.batch_dim == dim == 0 and isinstance(module, cst.Attribute) and self._is_self(module.value):
+            return self._module_output(module.attr.value, value)
+        return None
+
     def _submodule_call(self, attribute: str, call: cst.Call, env: Dict[str, Value]) -> Value:
         """`self.rnn(x)`: a submodule keeps its input's layout (an RNN returns it inside a tuple);
         `self._decode(x)`: a helper method of the class returns what its body returns."""
         helper = self._helper_method(attribute)
         if helper is not None:
             return self._helper_call(helper, call, env)
+        if not call.args:
+            return None
+        return self._module_output(attribute, self._eval(call.args[0].value, env))
+
+    def _module_output(self, attribute: str, first: Value) -> Value:
+        """What the submodule `self.<attribute>` returns for an input laid out as `first`."""
         bindings = self._attribute_bindings(attribute)
-        if not call.args or not bindings:
+        if not bindings or self._helper_method(attribute) is not None:
             return None
         if not all(binding.value is not None and self._builds_module(binding.value, scope) for binding, scope in bindings):
             return None
-        first = self._eval(call.args[0].value, env)
         if not isinstance(first, Layout):
             return None
         if all(isinstance(b.value, cst.Call) and self.ctx.qualify(b.value.func) in RNN_MODULES for b, _ in bindings):
@@ -260,6 +314,7 @@ class ForwardLayouts:
             helper_env[param.name.value] = self._eval(arg.value, env) if arg is not None else None
         inner = ForwardLayouts(self.ctx, self.inference, self.class_name, helper, helper_env, self.depth + 1)
         inner.run()
+        self.scatters.extend(inner.scatters)
         values = inner.returned_values
         if not values:
             return None
@@ -381,6 +436,34 @@ class ForwardLayouts:
         return None
 
 
+# A call of `data_parallel`, or an import that names it otherwise (`data_parallel as run`).
+_DATA_PARALLEL_CALL = re.compile(r"\bdata_parallel(?:[ \t]*\(|[ \t]+as\b)")
+
+
+def _may_scatter(text: str, project: ProjectFacts) -> bool:
+    """Whether the text has a `forward` and calls `data_parallel`, or a project function that forwards to it."""
+    if "def forward" not in text:
+        return False
+    if "data_parallel" in text and _DATA_PARALLEL_CALL.search(text) is not None:
+        return True
+    return any(f"{name}(" in text for name in project.parallel_helper_names)
+
+
+def _arguments(call: cst.Call, *parameters: Tuple[int, str]) -> List[Optional[cst.BaseExpression]]:
+    """The argument each parameter (position, name) receives; None where the call leaves it out or a
+    `*args`/`**kwargs` may hide it."""
+    if any(arg.star for arg in call.args):
+        return [None] * len(parameters)
+    positional = [arg.value for arg in call.args if arg.keyword is None]
+    named = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    return [positional[index] if index < len(positional) else named.get(name) for index, name in parameters]
+
+
+def _dim(node: Optional[cst.BaseExpression]) -> Optional[int]:
+    """A literal dim (0 when left out), else None."""
+    return 0 if node is None else signed_integer_value(node)
+
+
 def _shifted(layout: Layout, batch_dim: int) -> Layout:
     return Layout(batch_dim, layout.mover, layout.mover_statement) if batch_dim != 0 else Layout(0)
 
@@ -477,12 +560,23 @@ class BatchDimMovedInForward(WrappedForwardRule):
     such as an LSTM, which keep the layout) and nothing moves it back (a second permute, or indexing
     such as `x[-1]` that drops the leading dimension).
 
+    Also checks the functional `torch.nn.parallel.data_parallel(module, inputs, device_ids, dim=0)`
+    called inside `forward` (by any import name, or through a function of the project that hands its
+    module and input on to it, as `utils.data_parallel(self.rnn, conv, self.ngpu)` does) for an input
+    whose batch dimension was moved off the dim it scatters along: a time-first `[T, B, C]` sequence
+    scattered along dim 0.
+
     ## Why is this bad?
     DataParallel splits the input batch along `dim` (0 by default), runs one replica per GPU, and
     concatenates the replicas' outputs along the same `dim`. A `forward` that returns `[T, B, C]` (a
     CRNN or a sequence model feeding CTC loss) is concatenated along T instead of B: on 2 GPUs a
     `[T, B, C]` output comes back as `[2T, B/2, C]`. No error is raised; the loss pairs the wrong
     time steps with the wrong samples and training silently degrades. On one GPU everything works.
+
+    `data_parallel` splits its input the same way: a `[T, B, C]` sequence scattered along dim 0 gives
+    each GPU a slice of the time steps of every sample, so each replica's RNN starts afresh in the
+    middle of the sequences and never sees the rest; the joined output has the right shape and the
+    wrong values.
 
     ## Example
     ```python
@@ -508,6 +602,8 @@ class BatchDimMovedInForward(WrappedForwardRule):
     model = nn.DataParallel(CRNN())
     log_probs = model(images).permute(1, 0, 2)  # [T, B, C] for CTC
     ```
+    For `data_parallel` inside `forward`, scatter along the batch: `data_parallel(self.rnn, seq,
+    device_ids, dim=1)` for a `[T, B, C]` sequence (the outputs are joined along dim 1 too).
 
     ## Known problems
     Only literal dimensions are followed; a reshape, a call to a function outside the class, or a
@@ -515,7 +611,12 @@ class BatchDimMovedInForward(WrappedForwardRule):
     calls deep. A wrapped class is matched to its definition through the
     wrapping file's imports; a name that cannot be resolved (a star import) matches every class of
     that name. Classes wrapped only through a factory (`DataParallel(build_model(cfg))`) are not
-    known to be wrapped.
+    known to be wrapped. For `data_parallel` inside `forward`, the batch of `forward`'s input is taken
+    to be at dim 0 (where DataParallel would put it) unless a wrap of the class scatters along
+    another dim; a `forward` whose input comes time-first and is transposed to batch-first before a
+    batch-first `data_parallel` call would be reported wrongly. A project function counts as handing
+    its arguments to `data_parallel` only when it passes two of its parameters, never reassigned, as
+    the module and its input (with one dim on every path).
     """
 
     code = "DPL301"
@@ -586,6 +687,54 @@ class BatchDimMovedInForward(WrappedForwardRule):
                     return y.transpose(0, 1)
 
             net = nn.DataParallel(Seq().cuda())
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            from torch.nn.parallel import data_parallel
+
+            class Encoder(nn.Module):
+                def __init__(self, ngpu):
+                    super().__init__()
+                    self.ngpu = ngpu
+                    self.rnn = nn.LSTM(64, 128)
+
+                def forward(self, x):
+                    seq = x.transpose(0, 1)  # [T, B, C]
+                    output, _ = data_parallel(self.rnn, seq, range(self.ngpu), dim=1)  # split along the batch
+                    return output
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+
+            class CRNN(nn.Module):
+                def __init__(self, ngpu):
+                    super().__init__()
+                    self.ngpu = ngpu
+                    self.cnn = nn.Conv2d(1, 64, 3)
+                    self.rnn = nn.LSTM(64, 32)
+
+                def forward(self, images):
+                    conv = nn.parallel.data_parallel(self.cnn, images, range(self.ngpu))  # batch-first here
+                    seq = conv.squeeze(2).permute(2, 0, 1)
+                    output, _ = self.rnn(seq)
+                    return output.transpose(0, 1)
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            from torch.nn.parallel import data_parallel
+
+            class Seq(nn.Module):
+                def forward(self, x):
+                    seq = x.transpose(0, 1)
+                    return data_parallel(self.body, seq, [0, 1])  # its input's batch is at dim 1 already
+
+            model = nn.DataParallel(Seq(), dim=1)
             """
         ),
     ]
@@ -689,19 +838,110 @@ class BatchDimMovedInForward(WrappedForwardRule):
             """,
             line=6,
         ),
+        Invalid(
+            """
+            import torch.nn as nn
+            from torch.nn.parallel import data_parallel as scatter_run
+
+            class Encoder(nn.Module):
+                def __init__(self, ngpu):
+                    super().__init__()
+                    self.ngpu = ngpu
+                    self.rnn = nn.LSTM(64, 128)
+
+                def forward(self, x):
+                    seq = x.transpose(0, 1)  # [T, B, C] for the LSTM
+                    output, _ = scatter_run(self.rnn, seq, range(self.ngpu))
+                    return output
+            """,
+            line=12,
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            def parallel(model, inputs, ngpu):
+                if ngpu > 1:
+                    return nn.parallel.data_parallel(model, inputs, range(ngpu))
+                return model(inputs)
+
+            class CRNN(nn.Module):
+                def __init__(self, ngpu):
+                    super().__init__()
+                    self.ngpu = ngpu
+                    self.cnn = nn.Conv2d(1, 64, 3)
+                    self.rnn = nn.LSTM(64, 32, bidirectional=True)
+
+                def forward(self, images):
+                    conv = parallel(self.cnn, images, self.ngpu).squeeze(2)
+                    conv = conv.permute(2, 0, 1)  # [W, B, C]
+                    output, _ = parallel(self.rnn, conv, self.ngpu)
+                    return output
+            """,
+            line=18,
+        ),
     ]
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        """A file that defines a class the project wraps, or a `forward` and a call of `data_parallel`
+        (or of a project function that forwards to it)."""
+        wrapped = project.wraps_any(module_classes)
+        return (wrapped or _may_scatter(text, project)) and Rule.applies_to(self, text, module_classes, project)
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         inference: Inference = Inference.of(ctx)
         reported = set()
-        for class_name, forward, _, all_wraps in inference.wrapped_forwards():
+        wrapped = {class_name: (forward, wraps) for class_name, forward, _, wraps in inference.wrapped_forwards()}
+        scatters = _may_scatter(ctx.source, ctx.project)
+        for class_name, model in inference.classes.items():
+            forward, all_wraps = wrapped.get(class_name, (None, []))
+            if forward is None and scatters:
+                forward = next((s for s in block_body(model.node.body) if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None)
+            if forward is None:
+                continue
+            layouts = ForwardLayouts(ctx, inference, class_name, forward)
+            returned = layouts.run()
             wraps = [wrap for wrap in all_wraps if wrap.dim is not None]
-            for layout, returned in ForwardLayouts(ctx, inference, class_name, forward).run():
+            for layout, statement in returned:
                 wrong = [wrap for wrap in wraps if wrap.dim != layout.batch_dim]
                 if layout.mover is None or not wrong or layout.mover in reported:
                     continue
                 reported.add(layout.mover)
-                yield self._report(ctx, class_name, layout, returned, wrong[0])
+                yield self._report(ctx, class_name, layout, statement, wrong[0])
+            # `forward`'s input has its batch at dim 0 when DataParallel scatters along dim 0, or when
+            # nothing wraps the class; a wrap along another dim (or one not known) puts it elsewhere.
+            if any(wrap.dim != 0 for wrap in all_wraps):
+                continue
+            for scatter in layouts.scatters:
+                if id(scatter.call) not in reported:
+                    reported.add(id(scatter.call))
+                    yield self._scatter_report(ctx, scatter)
+
+    @staticmethod
+    def _scatter_report(ctx: FileContext, scatter: Scatter) -> Report:
+        layout = scatter.layout
+        mover = ctx.short_code(layout.mover, 24)  # type: ignore[arg-type]
+        where = "the last dim" if layout.batch_dim < 0 else f"dim {layout.batch_dim}"
+        function = dotted(scatter.call.func) or "data_parallel"
+        moved_at = f"line {ctx.line(layout.mover)}"  # type: ignore[arg-type]
+        references: Tuple[FileReference, ...] = ()
+        if scatter.helper is not None:  # where the helper calls `data_parallel`, in place of the mover's line
+            filename, path, line = scatter.helper
+            reference = FileReference.to(filename, path, line)
+            references = (reference,)
+            scattered, moved = f"along dim {scatter.dim} ({reference.text})", f"`{mover}`"
+        else:
+            scattered, moved = f"along dim {scatter.dim}", f"`{mover}` ({moved_at})"
+        return Report(
+            node=scatter.call,
+            message=f"`{function}` scatters `{ctx.short_code(scatter.inputs, 20)}` {scattered}, but {moved} put its batch at {where}.",
+            help=(
+                f"Each GPU gets a slice of dim {scatter.dim} (of the time steps, for a sequence), not of the batch "
+                f"({moved_at} moved it): scatter along the batch (`dim={layout.batch_dim}`), or before moving it."
+            ),
+            statement=scatter.statement,
+            references=references,
+        )
 
     @staticmethod
     def _report(ctx: FileContext, class_name: str, layout: Layout, returned: cst.Return, wrap: Wrap) -> Report:

@@ -65,13 +65,24 @@ class DiscardedTensorMove(Rule):
     elements of a loop over a `torch.utils.data.DataLoader` built without `collate_fn` (a `**kwargs`
     argument is assumed not to carry one) or over a tensor, what unpacking or indexing those gives,
     lists, tuples and dicts built only from tensors (literals and comprehensions, never given
-    anything else later), `module.parameters()`, parameters whose every caller in the same file
-    passes a tensor, and functions of the project every `return` of which gives a tensor (also where
-    they are imported, and module-level names assigned their result). Parameters called from other
-    files, and lists filled by `append` after `[]`, are not followed. Everything else is unknown and
-    stays silent: objects whose `.to()` works in place (PyG's `Data`, Hugging Face's `BatchEncoding`,
-    any `nn.Module`) must never be reported, so a value the rule cannot trace to a tensor is given the
-    benefit of the doubt. A container filled by another function (`fill(batch)`) is not seen.
+    anything else later), `module.parameters()`, functions of the project every `return` of which
+    gives a tensor (also where they are imported, and module-level names assigned their result), and
+    the parameters of a function, or of a class's `__init__`, to which every call in the project
+    passes a tensor (or leaves out a parameter whose default is one): `Loss(anchors)` in `train.py`
+    after `anchors = make_anchors(...)`, or `Loss(cfg.anchors)` where the module `cfg` assigns
+    `anchors = make_anchors(...)`, makes `anchors` a tensor inside `loss.py`. A call in another file
+    counts what its arguments show without running that file's flow: a local name through all of its
+    assignments in its function, a torch call, a project function or module-level name. Such a
+    parameter is unknown when there is no call, when the function or class is used any other way
+    (passed on, stored, subclassed, re-exported, imported by a file that names no torch and is not
+    read), when a call splats `*args`/`**kwargs`, when a decorator may change the arguments, and for
+    a class that a class method or `type(self)(...)` may build; the project is taken to be closed
+    (nothing outside it calls its functions). Attributes of an object set just before the call
+    (`cfg.anchors = ...; Loss(cfg.anchors)`) and lists filled by `append` after `[]` are not followed.
+    Everything else is unknown and stays silent: objects whose `.to()` works in place (PyG's `Data`,
+    Hugging Face's `BatchEncoding`, any `nn.Module`) must never be reported, so a value the rule
+    cannot trace to a tensor is given the benefit of the doubt. A container filled by another
+    function (`fill(batch)`) is not seen.
     """
 
     code = "DPL101"
@@ -251,6 +262,67 @@ class DiscardedTensorMove(Rule):
 
                 def cuda(self, i):
                     self.shadow[i].cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+
+            class Head:
+                def __init__(self, layer, device):
+                    self.layer = layer
+                    self.layer.to(device)  # every call passes a module, which moves in place
+
+            head = Head(nn.Linear(4, 2), "cuda")
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            class YoloLoss:
+                def __init__(self, anchors, device):
+                    self.anchors = anchors
+                    self.anchors.to(device)
+
+            criterion = YoloLoss(torch.ones(3, 2), "cuda")
+            fallback = YoloLoss(Anchors.load("anchors.txt"), "cuda")  # not known to be a tensor
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            class YoloLoss:
+                def __init__(self, anchors, device):
+                    self.anchors = anchors
+                    self.anchors.to(device)
+
+            LOSSES = {"yolo": YoloLoss}  # built from a config elsewhere, with arguments not seen here
+            criterion = YoloLoss(torch.ones(3, 2), "cuda")
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def place(boxes, device):
+                boxes = Boxes(boxes)  # rebound before the move: a project object, moved in place
+                boxes.to(device)
+                return boxes
+
+            place(torch.zeros(4, 4), "cuda")
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            @registry.register
+            def move(batch, device):
+                batch.to(device)  # the registry may call it with anything
+
+            move(torch.zeros(2), "cuda")
             """
         ),
     ]
@@ -504,6 +576,51 @@ class DiscardedTensorMove(Rule):
                         self.ema_params[i].cuda()
             """,
             line=11,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def make_anchors(sizes):
+                return torch.tensor(sizes, dtype=torch.float32) / 32
+
+            class YoloLoss(nn.Module):
+                def __init__(self, anchors, device="cuda"):
+                    super(YoloLoss, self).__init__()
+                    self.anchors = anchors
+                    self.anchors.to(device)
+
+            criterion = YoloLoss(make_anchors([[10, 13], [16, 30]]))
+            """,
+            line=11,
+            expected_fix="""
+            import torch
+            import torch.nn as nn
+
+            def make_anchors(sizes):
+                return torch.tensor(sizes, dtype=torch.float32) / 32
+
+            class YoloLoss(nn.Module):
+                def __init__(self, anchors, device="cuda"):
+                    super(YoloLoss, self).__init__()
+                    self.anchors = anchors
+                    self.anchors = self.anchors.to(device)
+
+            criterion = YoloLoss(make_anchors([[10, 13], [16, 30]]))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def normalize(images, mean=torch.tensor([0.485, 0.456, 0.406])):
+                mean.cuda()  # every call leaves `mean` out: the default, a tensor
+                return images - mean.view(3, 1, 1)
+
+            normalize(torch.rand(3, 8, 8))
+            """,
+            line=4,
         ),
     ]
 

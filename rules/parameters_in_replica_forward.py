@@ -11,7 +11,6 @@ from dplint.analysis.names import block_body, child_nodes, dotted
 from dplint.context import FileContext
 from dplint.finding import FileReference
 from dplint.rule import Invalid, Report, Valid, WrappedForwardRule
-from dplint.rules.rnn_without_flatten_parameters import _replicated_classes
 
 PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
 # Handlers that catch the StopIteration of an empty `parameters()`.
@@ -198,7 +197,7 @@ class ParametersInReplicaForward(WrappedForwardRule):
     def check(self, ctx: FileContext) -> Iterator[Report]:
         inference: Inference = Inference.of(ctx)
         reported: Set[int] = set()
-        for class_name, (wrap, via) in _replicated_classes(inference).items():
+        for class_name, (wrap, via) in inference.replicated_classes().items():
             model = inference.classes[class_name]
             forward = model.methods.get("forward")
             if forward is None or forward[1].self_name is None:

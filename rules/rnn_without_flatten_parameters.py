@@ -1,14 +1,13 @@
 from __future__ import annotations
 
-from typing import Dict, Iterator, Optional, Set, Tuple
+from typing import Iterator, Set
 
 import libcst as cst
 
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.analysis.facts import Wrap
 from dplint.analysis.inference import Inference
-from dplint.analysis.names import block_body, dotted, iter_calls, iter_small_statements
+from dplint.analysis.names import block_body, iter_calls, iter_small_statements
 from dplint.rule import Invalid, Report, Valid, WrappedForwardRule
 
 RNN_MODULES = frozenset({"torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN"})
@@ -213,7 +212,7 @@ class RnnWithoutFlattenParameters(WrappedForwardRule):
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         inference: Inference = Inference.of(ctx)
-        for class_name, (wrap, via) in _replicated_classes(inference).items():
+        for class_name, (wrap, via) in inference.replicated_classes().items():
             model = inference.classes[class_name]
             forward = next(
                 (s for s in block_body(model.node.body) if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None
@@ -247,26 +246,6 @@ class RnnWithoutFlattenParameters(WrappedForwardRule):
                         inner = call.func.value
                         if isinstance(inner, cst.Attribute) and isinstance(inner.value, cst.Name) and inner.value.value == self_name:
                             flattened.add(inner.attr.value)
-
-
-def _replicated_classes(inference: Inference) -> Dict[str, Tuple[Wrap, Optional[str]]]:
-    """Classes of this file whose `forward` runs on DataParallel replicas: the wrapped ones, and the
-    classes they build as submodules (`self.rnn = nn.Sequential(BidirectionalLSTM(...))`), transitively.
-    Each with a wrap and the wrapped class it is built inside (None for the wrapped class itself)."""
-    found: Dict[str, Tuple[Wrap, Optional[str]]] = {}
-    for class_name, _, _, wraps in inference.wrapped_forwards():
-        found.setdefault(class_name, (wraps[0], None))
-    pending = list(found)
-    while pending:
-        owner = pending.pop()
-        wrap, via = found[owner]
-        for call in iter_calls(inference.classes[owner].node):
-            name = dotted(call.func)
-            model = inference.classes.get(name or "")
-            if model is not None and model.is_module and name not in found:
-                found[name] = (wrap, via or owner)  # type: ignore[index]
-                pending.append(name)  # type: ignore[arg-type]
-    return found
 
 
 def _self_attribute_call(call: cst.Call, self_name) -> str | None:

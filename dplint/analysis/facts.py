@@ -9,6 +9,7 @@ the facts are merged into one `ProjectFacts` that the rules of the second pass c
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import hashlib
 import os
@@ -65,6 +66,11 @@ _INDENTED_IMPORT_LINE = re.compile(
 
 def is_torch_module(name: str) -> bool:
     return name.split(".")[0] in TORCH_LIBRARIES
+
+
+def _may_be_project(module: str) -> bool:
+    """Whether an imported module may be one of the project's: neither torch's nor the standard library's."""
+    return bool(module) and not is_torch_module(module) and module.split(".")[0] not in sys.stdlib_module_names
 
 
 @dataclass(frozen=True)
@@ -126,18 +132,41 @@ class ReturnedWrap:
 # Which argument of a call (a position, or a keyword's name) receives a wrapper, which wrapper, and
 # the line and branch conditions of its wrap in the calling file.
 WrappedSlot = Tuple[Union[int, str], str, int, Tuple[Tuple[str, bool], ...]]
+# Which argument receives a tensor, and the project names (`utils.make_anchors()`, `config.priors`)
+# that must hold or return tensors for it to be one (none: a torch call shows it alone).
+TensorSlot = Tuple[Union[int, str], Tuple[str, ...]]
 
 
 @dataclass(frozen=True)
-class WrapperArguments:
-    """A call that passes a DataParallel/DDP wrapper to a function that may be the project's
-    (`train(nn.DataParallel(net), loader)`, `engine.train(model)` after `model = DDP(model)`): the
-    function as the calling file names it (`engine.train`, or `train` for its own), at path:line."""
+class ProjectCall:
+    """A call of a function or class that may be the project's, passing it a DataParallel/DDP wrapper
+    (`train(nn.DataParallel(net), loader)`, `engine.train(model)` after `model = DDP(model)`) or a
+    tensor (`Loss(anchors)` after `anchors = make_anchors()`): the callee as the calling file names it
+    (`engine.train`, or `train` for its own), at path:line."""
 
     function: str
     path: str
     line: int
-    slots: Tuple[WrappedSlot, ...]
+    slots: Tuple[WrappedSlot, ...] = ()
+    tensors: Tuple[TensorSlot, ...] = ()
+    # How many positional arguments the call passes and the names of its keywords; None when a
+    # `*args` or `**kwargs` hides which parameters it gives.
+    passed: Optional[Tuple[int, Tuple[str, ...]]] = None
+
+
+@dataclass(frozen=True)
+class ParallelHelper:
+    """A top-level function that hands two of its parameters, unchanged, to the functional
+    `torch.nn.parallel.data_parallel` as the module and its input (`def data_parallel(model, input,
+    ngpu): ... nn.parallel.data_parallel(model, input, range(ngpu))`): each parameter's position and
+    name, the dim it scatters along (None: not a literal), and the line of that call."""
+
+    function: str
+    module: Tuple[int, str]
+    inputs: Tuple[int, str]
+    dim: Optional[int]
+    path: str
+    line: int
 
 
 @dataclass(frozen=True)
@@ -160,10 +189,16 @@ class FileFacts:
     distributed: Optional["DistributedFileFacts"] = None
     attribute_wraps: Tuple[AttributeWrap, ...] = ()
     returned_wraps: Tuple[ReturnedWrap, ...] = ()
-    wrapper_arguments: Tuple[WrapperArguments, ...] = ()
-    # The names of functions (as qualified above; `module.*` for a star import) this file uses other
-    # than in `wrapper_arguments`; None where the file was not read for them (it wraps nothing).
+    # The calls that pass a wrapper or a tensor to a function or class that may be the project's.
+    project_calls: Tuple[ProjectCall, ...] = ()
+    # The names of functions and classes (as qualified above; `module.*` for a star import) this file
+    # uses other than in `project_calls`; None where the file was not read for them (it wraps
+    # nothing, and does not name torch or is a torch library's own module).
     other_references: Optional[Tuple[str, ...]] = None
+    # For a file not read for calls: the modules its functions import (`def main(): from loss import
+    # Loss`), which may use a project function in a way nobody read.
+    nested_imports: Tuple[str, ...] = ()
+    parallel_helpers: Tuple[ParallelHelper, ...] = ()
 
     @property
     def imports_torch_directly(self) -> bool:
@@ -241,35 +276,62 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
         # A script's own imports made inside its functions belong to its program too.
         distributed = replace(distributed, lazy_imports=scan_imports(text, package, _INDENTED_IMPORT_LINE, submodules=True))
     # Classes are read wherever one may subclass a base trainer that wraps `self.<attr>` (`class X(Base):`).
-    if "DataParallel" not in text and "data_parallel" not in text and "def forward" not in text and not _SUBCLASS.search(text):
-        return FileFacts(module_name, filename, imports, tensor_values=tensor_values, distributed=distributed)
-    classes = scan_classes(text)
-    if _WRAPPER_CALL_OR_ALIAS.search(text) is None:
-        return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values, distributed=distributed)
+    read_classes = "DataParallel" in text or "data_parallel" in text or "def forward" in text or _SUBCLASS.search(text)
+    classes = scan_classes(text) if read_classes else ()
+    wrapping = bool(read_classes) and _WRAPPER_CALL_OR_ALIAS.search(text) is not None
+    # A file that may pass a tensor to a function of another of the project's modules is read for its
+    # calls: one that names torch and imports some module neither torch's nor the standard library's.
+    # A torch library's own module never is: its functions are called from outside.
+    tensors = "torch" in text and not is_torch_module(module_name) and any(_may_be_project(module) for module in imports)
+
+    def unread() -> FileFacts:
+        # The modules its functions import, unless it is a torch library's own module (which calls no
+        # function of a project that imports it).
+        nested = "import" in text and not is_torch_module(module_name)
+        return FileFacts(
+            module_name,
+            filename,
+            imports,
+            classes,
+            tensor_values=tensor_values,
+            distributed=distributed,
+            nested_imports=scan_imports(text, package, _INDENTED_IMPORT_LINE, submodules=True) if nested else (),
+        )
+
+    if not (wrapping or tensors):
+        return unread()
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values, distributed=distributed)
-    visitor = _WrapVisitor(path, filename, module_name, package, {info.name for info in classes})
+        return unread()
     try:
-        visitor.visit(tree)
-        attribute_wraps = scan_attribute_wraps(tree, text, visitor.qualify, path)
-        returned_wraps = scan_returned_wraps(tree, text, visitor.qualify, path)
-        wrapper_arguments, other_references = scan_wrapper_arguments(tree, text, visitor, path)
+        if wrapping:
+            visitor = _WrapVisitor(path, filename, module_name, package, {info.name for info in classes})
+            visitor.visit(tree)
+            names: _Names = visitor
+            wraps, helpers = tuple(visitor.wraps), scan_parallel_helpers(tree, visitor.qualify, path)
+            attribute_wraps = scan_attribute_wraps(tree, text, visitor.qualify, path)
+            returned_wraps = scan_returned_wraps(tree, text, visitor.qualify, path)
+        else:
+            names = _Names.of(tree, package)
+            wraps, helpers, attribute_wraps, returned_wraps = (), (), (), ()
+        evidence = _ArgumentEvidence(tree, names.aliases, module_name, _ScopeBindings(package)) if tensors else None
+        project_calls, other_references = scan_project_calls(tree, text, names, path, evidence, wrapping)
     except RecursionError:  # the file's own check reports it as DPL000 "too deeply nested"
-        return FileFacts(module_name, filename, imports, classes, tensor_values=tensor_values, distributed=distributed)
+        return unread()
     return FileFacts(
         module_name,
         filename,
         imports,
         classes,
-        tuple(visitor.wraps),
+        wraps,
         tensor_values,
         distributed,
         attribute_wraps,
         returned_wraps,
-        wrapper_arguments,
+        project_calls,
         other_references,
+        parallel_helpers=helpers,
     )
 
 # A wrap is a call of `DataParallel`/`data_parallel` (or `DistributedDataParallel`), by name or by an
@@ -397,7 +459,7 @@ class _TensorEvidence:
         """`visiting`: the local names whose values are being read (`x = x.clamp(0, 1)` reads its own)."""
         api = self.api
         if isinstance(node, ast.Call):
-            qualified = self._qualify(node.func)
+            qualified = self._qualify(node.func, assignments)
             if qualified is not None:
                 module, _, last = qualified.rpartition(".")
                 if (module == "torch" and last in api.TENSOR_FACTORIES) or qualified in api.TENSOR_TYPES:
@@ -409,7 +471,35 @@ class _TensorEvidence:
             if isinstance(node.func, ast.Attribute) and node.func.attr in api.TENSOR_METHODS:
                 return self._evident(node.func.value, assignments, visiting)
             return None
-        if isinstance(node, ast.Name) and assignments is not None:
+        if isinstance(node, ast.Name):
+            return self._name(node, assignments, visiting)
+        if isinstance(node, ast.BinOp):
+            left, right = self._evident(node.left, assignments, visiting), self._evident(node.right, assignments, visiting)
+            if left is not None and right is not None:
+                return left | right
+            other = node.right if left is not None else node.left
+            number = isinstance(other, ast.Constant) and type(other.value) in (int, float)
+            return (left if left is not None else right) if number else None
+        if isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not):
+            return self._evident(node.operand, assignments, visiting)
+        if isinstance(node, ast.Subscript):
+            return self._evident(node.value, assignments, visiting)
+        if isinstance(node, ast.Attribute):
+            if node.attr in api.TENSOR_ATTRIBUTES:
+                return self._evident(node.value, assignments, visiting)
+            # `config.priors` through `import config`: a module-level name of the project.
+            qualified = self._qualify(node, assignments)
+            return None if qualified is None else self.project_name(qualified)
+        return None
+
+    def project_name(self, qualified: str) -> Optional[FrozenSet[str]]:
+        """A name of another module that holds a tensor if the project's facts show it (never torch's or the standard library's)."""
+        if "." not in qualified or is_torch_module(qualified) or qualified.split(".")[0] in sys.stdlib_module_names:
+            return None
+        return frozenset({qualified})
+
+    def _name(self, node: ast.Name, assignments: Optional[Assignments], visiting: FrozenSet[str]) -> Optional[FrozenSet[str]]:
+        if assignments is not None:
             if node.id in visiting:
                 return frozenset()  # what its other assignments show
             values = assignments(node.id) if len(visiting) < 4 else None
@@ -422,22 +512,11 @@ class _TensorEvidence:
                     return None
                 deps |= found
             return frozenset(deps)
-        if isinstance(node, ast.BinOp):
-            left, right = self._evident(node.left, assignments, visiting), self._evident(node.right, assignments, visiting)
-            if left is not None and right is not None:
-                return left | right
-            other = node.right if left is not None else node.left
-            number = isinstance(other, ast.Constant) and type(other.value) in (int, float)
-            return (left if left is not None else right) if number else None
-        if isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not):
-            return self._evident(node.operand, assignments, visiting)
-        if isinstance(node, ast.Subscript):
-            return self._evident(node.value, assignments, visiting)
-        if isinstance(node, ast.Attribute) and node.attr in api.TENSOR_ATTRIBUTES:
-            return self._evident(node.value, assignments, visiting)
         return None
 
-    def _qualify(self, node: ast.AST) -> Optional[str]:
+    def _qualify(self, node: ast.AST, assignments: object = None) -> Optional[str]:
+        """The qualified name a call or attribute names through the imports (`assignments`: where it is read)."""
+
         name = _ast_dotted(node)
         if name is None:
             return None
@@ -448,6 +527,212 @@ class _TensorEvidence:
                 return None
             target = f"{self.module_name}.{head}"
         return f"{target}.{rest}" if rest else target
+
+
+@dataclass(frozen=True)
+class _Imported:
+    """A name bound by an import: the qualified name it stands for (`module`: a module, no tensor)."""
+
+    qualified: str
+    module: bool = False
+
+
+class _Defined:
+    """A name bound by a `def` or `class` statement: a function or class, no tensor."""
+
+
+_DEFINED = _Defined()
+# What one scope binds each of its names to: the values of its plain assignments, imports and
+# definitions, in any order (a read may see any of them), or None where the name is bound some other
+# way too.
+Bound = Dict[str, Optional[List[Union[ast.expr, _Imported, _Defined]]]]
+
+
+class _ScopeBindings:
+    """What each function of a file (and its module) binds its names to, recorded as one walk passes
+    each node with the function it stands in (`see`).
+
+    Read without the order of the statements: a name holds one of its bindings wherever it is read
+    (a local read before any binding raises). Every way of binding a name is seen: a `Name` stored
+    anywhere but as a plain assignment's target (a loop, `with ... as`, unpacking, a comprehension's
+    or a walrus' target), a parameter (of the function, or of a lambda in it), `except ... as`, a
+    match capture, `global`: the name is then unknown.
+    """
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+        self.bound: Dict[int, Bound] = {}
+        self.parents: Dict[int, ast.AST] = {}  # function → the function or module it reads names from
+        self.star = False  # a star import at module level
+        self.shared: Set[str] = set()  # names a `global` or `nonlocal` statement lets other code rebind
+        self._plain: Set[int] = set()  # the ids of the `Name` targets of plain assignments
+
+    def _unknown(self, scope: ast.AST, name: str) -> None:
+        self.bound.setdefault(id(scope), {})[name] = None
+
+    def _add(self, scope: ast.AST, name: str, value: Union[ast.expr, _Imported, _Defined]) -> None:
+        values = self.bound.setdefault(id(scope), {}).setdefault(name, [])
+        if values is not None:
+            values.append(value)
+
+    def _parameters(self, scope: ast.AST, arguments: ast.arguments) -> None:
+        for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg):
+            if argument is not None:
+                self._unknown(scope, argument.arg)
+
+    def enter(self, function: ast.AST, outer: ast.AST) -> None:
+        """A function's body starts: its parameters are its own names, read from `outer` where it binds none."""
+        self.parents[id(function)] = outer
+        self._parameters(function, function.args)  # type: ignore[attr-defined]
+
+    def see(self, node: ast.AST, scope: Optional[ast.AST]) -> None:
+        if scope is None:  # a class body binds class attributes, which its methods never read by name
+            return
+        if isinstance(node, ast.Name):
+            if not isinstance(node.ctx, ast.Load) and id(node) not in self._plain:
+                self._unknown(scope, node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            self._add(scope, node.name, _DEFINED)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    self._plain.add(id(target))
+                    self._add(scope, target.id, node.value)
+        elif isinstance(node, ast.AnnAssign):
+            if node.value is not None and isinstance(node.target, ast.Name):
+                self._plain.add(id(node.target))
+                self._add(scope, node.target.id, node.value)
+        elif isinstance(node, ast.Lambda):
+            self._parameters(scope, node.args)  # its own, but a call in its body is read with this scope's names
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                local = alias.asname or alias.name.split(".")[0]
+                self._add(scope, local, _Imported(alias.name if alias.asname else local, module=True))
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute_module(self.package, node.level, node.module or "")
+            for alias in node.names:
+                if alias.name == "*":
+                    self.star = True
+                else:  # `from pkg import sub` may import a module: only its use tells
+                    self._add(scope, alias.asname or alias.name, _Imported(f"{module}.{alias.name}" if module else alias.name))
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            self.shared.update(node.names)
+            for name in node.names:
+                self._unknown(scope, name)
+        elif isinstance(node, ast.ExceptHandler):
+            if node.name:
+                self._unknown(scope, node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)):
+            if node.name:
+                self._unknown(scope, node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            self._unknown(scope, node.rest)
+
+
+class _ArgumentEvidence(_TensorEvidence):
+    """Whether an argument of a call is shown to be a tensor, read in the scope of the call: a name
+    through every binding of it in the function that binds it (the call's own, an enclosing one, or
+    the module), never a name that other code may rebind (`global`, `nonlocal`, a star import)."""
+
+    def __init__(self, tree: ast.Module, aliases: Dict[str, str], module_name: str, scopes: _ScopeBindings) -> None:
+        functions = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        super().__init__(aliases, module_name, functions)
+        self.tree = tree
+        self.scopes = scopes
+
+    def argument(self, value: ast.expr, scope: ast.AST) -> Optional[FrozenSet[str]]:
+        return self._evident(value, scope, frozenset())  # type: ignore[arg-type]
+
+    def _lookup(self, name: str, scope: object) -> Tuple[Optional[ast.AST], Optional[List[Union[ast.expr, _Imported, _Defined]]]]:
+        """The scope that binds `name` where `scope` reads it and the values it binds it to: (None,
+        None) where nothing binds it (a builtin), (scope, None) where it is bound some other way."""
+        scopes = self.scopes
+        current = scope if isinstance(scope, ast.AST) else None
+        while current is not None:
+            bound = scopes.bound.get(id(current))
+            if bound is not None and name in bound:
+                return current, None if name in scopes.shared else bound[name]
+            if current is self.tree:
+                return (current, None) if scopes.star else (None, None)  # a star import may bind it
+            current = scopes.parents.get(id(current))
+        return None, None
+
+    def _name(self, node: ast.Name, assignments: object, visiting: FrozenSet[str]) -> Optional[FrozenSet[str]]:
+        owner, values = self._lookup(node.id, assignments)
+        if owner is None or values is None:
+            return None
+        key = f"{id(owner)}:{node.id}"
+        if key in visiting:
+            return frozenset()  # what its other assignments show
+        if len(visiting) >= 4:
+            return None
+        deps: Set[str] = set()
+        for value in values:
+            if isinstance(value, _Defined) or (isinstance(value, _Imported) and value.module):
+                return None
+            shown = self.project_name(value.qualified) if isinstance(value, _Imported) else self._evident(value, owner, visiting | {key})
+            if shown is None:
+                return None
+            deps |= shown
+        return frozenset(deps)
+
+    def _qualify(self, node: ast.AST, assignments: object = None) -> Optional[str]:
+        """Through the imports, or a top-level function of the file, where nothing else binds the head name (a parameter `torch`)."""
+        name = _ast_dotted(node)
+        if name is None:
+            return None
+        head = name.partition(".")[0]
+        owner, values = self._lookup(head, assignments)
+        if owner is None or values is None:
+            return None
+        if all(isinstance(value, _Imported) for value in values) and len({value.qualified for value in values}) == 1:  # type: ignore[union-attr]
+            value = values[0]
+            target, rest = value.qualified, name.partition(".")[2]  # type: ignore[union-attr]
+            return f"{target}.{rest}" if rest else target
+        if owner is self.tree and values == [_DEFINED] and head in self.functions and "." not in name:
+            return f"{self.module_name}.{head}"
+        return None
+
+
+class _Names:
+    """A file's import aliases, read from its import statements alone (a file that wraps nothing)."""
+
+    def __init__(self, aliases: Dict[str, str], package: str) -> None:
+        self.aliases = aliases
+        self.package = package
+
+    @classmethod
+    def of(cls, tree: ast.Module, package: str) -> "_Names":
+        aliases: Dict[str, str] = {}
+        pending: List[ast.AST] = list(tree.body)
+        while pending:
+            node = pending.pop()
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        aliases[alias.asname] = alias.name
+                    else:
+                        top = alias.name.split(".")[0]
+                        aliases[top] = top
+            elif isinstance(node, ast.ImportFrom):
+                base = absolute_module(package, node.level, node.module or "")
+                for alias in node.names:
+                    aliases[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
+            elif isinstance(node, ast.stmt):
+                for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+                    pending.extend(getattr(node, name, ()))
+            elif isinstance(node, (ast.excepthandler, ast.match_case)):
+                pending.extend(node.body)
+        return cls(aliases, package)
+
+    def qualify(self, node: ast.AST) -> Optional[str]:
+        name = _ast_dotted(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        target = self.aliases.get(head, head)
+        return f"{target}.{rest}" if rest else target
+
 
 _SUBCLASS = GuardedPattern(r"^[ \t]*class[ \t]+\w+[ \t]*\([ \t]*[\w.]", ["class"], re.M, one_line=True)
 # Searched in "\n" + text: a pattern that opens with a newline lets the regex engine jump between lines.
@@ -591,6 +876,47 @@ class _WrapVisitor(ast.NodeVisitor):
                     return
 
 
+def functional_dim(call: ast.Call) -> Optional[int]:
+    """The dim a call of the functional `data_parallel(module, inputs, device_ids, output_device, dim)`
+    scatters along: 0 by default, None when it is not a literal."""
+    for keyword in call.keywords:
+        if keyword.arg == "dim":
+            return _int_literal(keyword.value)
+        if keyword.arg is None:
+            return None
+    if any(isinstance(arg, ast.Starred) for arg in call.args):
+        return None
+    return _int_literal(call.args[4]) if len(call.args) > 4 else 0
+
+
+def scan_parallel_helpers(tree: ast.Module, qualify: Callable[[ast.AST], Optional[str]], path: str) -> Tuple[ParallelHelper, ...]:
+    """The file's top-level functions that forward a module and its input to the functional
+    `data_parallel` (on some path: `if ngpu > 1:`), each parameter passed as it came."""
+    found: List[ParallelHelper] = []
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef) or function.decorator_list:
+            continue
+        positional = [argument.arg for argument in (*function.args.posonlyargs, *function.args.args)]
+        stored = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        calls = [n for n in ast.walk(function) if isinstance(n, ast.Call) and qualify(n.func) in FUNCTIONAL_DATA_PARALLEL]
+        forwarded: Set[Optional[Tuple[Tuple[str, str], Optional[int]]]] = set()
+        for call in calls:
+            given = {k.arg: k.value for k in call.keywords if k.arg in ("module", "inputs")}
+            module = call.args[0] if call.args else given.get("module")
+            inputs = call.args[1] if len(call.args) > 1 else given.get("inputs")
+            names = [n.id if isinstance(n, ast.Name) else "" for n in (module, inputs)]
+            if any(name not in positional or name in stored for name in names):
+                forwarded.add(None)
+            else:
+                forwarded.add(((names[0], names[1]), functional_dim(call)))
+        if len(forwarded) == 1 and None not in forwarded:
+            (module_name, input_name), dim = forwarded.pop()  # type: ignore[misc]
+            line = min(call.lineno for call in calls)
+            module_at, input_at = positional.index(module_name), positional.index(input_name)
+            found.append(ParallelHelper(function.name, (module_at, module_name), (input_at, input_name), dim, path, line))
+    return tuple(found)
+
+
 # Wrappers whose `state_dict()` keys gain `module.` and that do not forward attribute reads (not FSDP).
 ATTRIBUTE_WRAPPERS = {
     "torch.nn.DataParallel": "DataParallel",
@@ -713,57 +1039,141 @@ def _names_told_apart(function: ast.FunctionDef) -> Set[str]:
     return names
 
 
-def scan_wrapper_arguments(
-    tree: ast.Module, text: str, visitor: "_WrapVisitor", path: str
-) -> Tuple[Tuple[WrapperArguments, ...], Tuple[str, ...]]:
-    """Calls that pass a wrapper to a function that may be the project's (imported by name or through
-    its module, or defined at this file's top level), and every other use of such a function: a call
-    passing no wrapper, a header's call, a reference (`spawn(train)`), a star import. An argument is a
-    wrapper when it is a wrap call, or a name whose latest assignment in its scope before the call is
-    one, on a path the call's own branch does not exclude; a name the scope tells apart (`m.module`,
-    `hasattr(m, ...)`) is not."""
-    own = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+def scan_project_calls(
+    tree: ast.Module, text: str, names: "_Names", path: str, evidence: Optional["_ArgumentEvidence"], wrapping: bool
+) -> Tuple[Tuple[ProjectCall, ...], Tuple[str, ...]]:
+    """Calls that pass a wrapper or a tensor to a function or class that may be the project's
+    (imported by name or through its module, or defined at this file's top level), and every other use
+    of such a callee: a call passing neither, a reference (`spawn(train)`, `class Focal(Loss)`), a
+    star import, its module handed on as a value (`getattr(losses, name)`).
+
+    An argument is a wrapper when it is a wrap call, or a name whose latest assignment in its scope
+    before the call is one, on a path the call's own branch does not exclude (a call in a compound
+    statement's header passes none); a name the scope tells apart (`m.module`, `hasattr(m, ...)`) is
+    not. An argument is a tensor (with `evidence`: the file may pass one) when `_ArgumentEvidence`
+    shows it is one, read in the function the call is made in (a call in a class body shows none)."""
+    own = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    aliases = names.aliases
 
     def function_named(node: ast.AST) -> Optional[str]:
+        head = node
+        while isinstance(head, ast.Attribute):
+            head = head.value
+        if not (isinstance(head, ast.Name) and (head.id in aliases or head.id in own)):
+            return None
         name = _ast_dotted(node)
         if name is None:
             return None
-        if name.partition(".")[0] not in visitor.aliases:
+        if name.partition(".")[0] not in aliases:
             return name if name in own else None
-        qualified = visitor.qualify(node) or ""
+        qualified = names.qualify(node) or ""
         if "." not in qualified or is_torch_module(qualified) or qualified.split(".")[0] in sys.stdlib_module_names:
             return None
         return qualified
 
     uses: List[Tuple[int, str]] = []  # (node id, function) of every use
+    calls: List[Tuple[ast.Call, str, Optional[ast.AST]]] = []  # each call of a callee, with the scope it is made in
     wrap_lines: List[int] = []
     functions: List[ast.AST] = []
     others: Set[str] = set()
     imported: Set[str] = set()
-    for node in ast.walk(tree):
+    bases: Set[int] = set()  # the ids of the names that stand before an attribute (`loss` in `loss.Loss`)
+    bindings = evidence.scopes if evidence is not None else None
+    fields = _CHILD_FIELDS
+    if not own and not any(_may_be_project(target) for target in aliases.values()):
+        return (), ()  # nothing here may name a function of the project
+    # One walk, each node with the function (or module) whose names it reads (None in a class body),
+    # and the one a function defined there reads its free names from.
+    pending: List[Tuple[ast.AST, Optional[ast.AST], ast.AST]] = [(node, tree, tree) for node in tree.body]
+    while pending:
+        node, scope, outer = pending.pop()
+        if bindings is not None and type(node) in _BINDING_NODES and (type(node) is not ast.Name or type(node.ctx) is not ast.Load):
+            bindings.see(node, scope)
         if isinstance(node, (ast.Name, ast.Attribute)):
             name = function_named(node)
             if name is not None:
                 uses.append((id(node), name))
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            functions.append(node)
-        elif isinstance(node, ast.Call) and visitor.qualify(node.func) in ATTRIBUTE_WRAPPERS:
-            wrap_lines.append(node.lineno)
+            if isinstance(node, ast.Attribute):
+                if node.attr != "__dict__":  # `loss.__dict__[name]`: any of its names
+                    bases.add(id(node.value))
+            elif id(node) not in bases and node.id in aliases:
+                # An imported module handed on as a value (`getattr(losses, cfg.name)`, `vars(losses)`)
+                # gives any of its functions to code not read here.
+                module = aliases[node.id]
+                if not is_torch_module(module) and module.split(".")[0] not in sys.stdlib_module_names:
+                    others.add(f"{module}.*")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            # Decorators, defaults and bases are read where the statement stands; the body in its own scope.
+            if not isinstance(node, ast.ClassDef):
+                functions.append(node)
+            heads = [*node.decorator_list, *getattr(node, "bases", ()), *getattr(node, "keywords", ())]
+            if isinstance(node, ast.ClassDef):
+                pending.extend((child, None, outer) for child in node.body)
+            else:
+                heads += [node.args, *([node.returns] if node.returns else [])]
+                if bindings is not None:
+                    bindings.enter(node, outer)
+                pending.extend((child, node, node) for child in node.body)
+            pending.extend((child, scope, outer) for child in heads)
+            continue
+        elif isinstance(node, ast.Call):
+            if wrapping and names.qualify(node.func) in ATTRIBUTE_WRAPPERS:
+                wrap_lines.append(node.lineno)
+            function = function_named(node.func)
+            if function is not None:
+                calls.append((node, function, scope))
         elif isinstance(node, ast.ImportFrom):
-            module = absolute_module(visitor.package, node.level, node.module or "")
+            module = absolute_module(names.package, node.level, node.module or "")
             # A star import, or one the file never uses (a package's `__init__` re-exporting the
             # function), hands it to code not read here.
             if module and not is_torch_module(module) and module.split(".")[0] not in sys.stdlib_module_names:
                 imported.update(f"{module}.{alias.name}" for alias in node.names)
+        names_of = fields.get(type(node))
+        if names_of is None:
+            names_of = fields[type(node)] = tuple(name for name in node._fields if name not in ("ctx", "type_comment"))
+        for name in names_of:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                pending.extend((child, scope, outer) for child in value if isinstance(child, ast.AST))
+            elif isinstance(value, ast.AST):
+                pending.append((value, scope, outer))
     used = {name for _, name in uses}
     others.update(name for name in imported if name.endswith(".*") or name not in used)
     if not uses:
         return (), tuple(sorted(others))
-    found: List[WrapperArguments] = []
-    passing: Set[int] = set()  # the `func` of each call recorded as passing a wrapper
+    wrapped = _wrapper_slots(tree, text, names, functions, wrap_lines, {id(call) for call, _, _ in calls}) if wrapping and wrap_lines else {}
+    found: List[Tuple[Tuple[int, int], ProjectCall]] = []
+    passing: Set[int] = set()  # the `func` of each call recorded
+    for call, function, scope in calls:
+        arguments = [(i, arg) for i, arg in enumerate(call.args)]
+        starred = next((i for i, arg in arguments if isinstance(arg, ast.Starred)), len(arguments))
+        keywords = [(k.arg, k.value) for k in call.keywords if k.arg is not None]
+        splat = starred < len(arguments) or len(keywords) < len(call.keywords)
+        tensors: List[TensorSlot] = []
+        # A splat hides which parameter an argument meets: no tensor is recorded.
+        if evidence is not None and scope is not None and not splat:
+            for slot, value in (*arguments, *keywords):
+                deps = evidence.argument(value, scope)
+                if deps is not None:
+                    tensors.append((slot, tuple(sorted(deps))))
+        slots = wrapped.get(id(call), ())
+        if slots or tensors:
+            passing.add(id(call.func))
+            passed = None if splat else (len(arguments), tuple(name for name, _ in keywords))
+            found.append(((call.lineno, call.col_offset), ProjectCall(function, path, call.lineno, tuple(slots), tuple(tensors), passed)))
+    others.update(name for node, name in uses if node not in passing)
+    return tuple(call for _, call in sorted(found, key=lambda item: item[0])), tuple(sorted(others))
+
+
+def _wrapper_slots(
+    tree: ast.Module, text: str, names: "_Names", functions: List[ast.AST], wrap_lines: List[int], callees: Set[int]
+) -> Dict[int, Tuple[WrappedSlot, ...]]:
+    """The wrappers that each call of `callees` (by id) passes: in the module and in the functions that
+    hold a wrap, statement by statement, a name holding the wrap of its latest assignment."""
+    found: Dict[int, Tuple[WrappedSlot, ...]] = {}
+    lines = sorted(wrap_lines)
     # Only a scope that holds a wrap can pass one (the walks below cost a tenth of the facts of torch's own tests).
-    wrapping = [f for f in functions if any(f.lineno <= line <= (f.end_lineno or f.lineno) for line in wrap_lines)]
-    for scope in (tree, *wrapping):
+    for scope in (tree, *(f for f in functions if _holds_a_line(f, lines))):
         told: List[Set[str]] = []  # the names the scope tells apart, found when first needed
 
         def told_apart(name: str, scope: ast.AST = scope, told: List[Set[str]] = told) -> bool:
@@ -773,8 +1183,8 @@ def scan_wrapper_arguments(
 
         latest: Dict[str, Optional[Tuple[str, int, tuple]]] = {}  # name → its latest assignment's wrap
 
-        def wrap_of(value: ast.AST, conditions: tuple) -> Optional[Tuple[str, int, tuple]]:
-            wrap = _ast_wrap_in(value, visitor.qualify)
+        def wrap_of(value: ast.AST, conditions: tuple, latest: Dict = latest, told_apart=told_apart) -> Optional[Tuple[str, int, tuple]]:
+            wrap = _ast_wrap_in(value, names.qualify)
             if wrap is not None:
                 return wrap[0], value.lineno, (*conditions, *wrap[1])
             while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in MODULE_RETURNING_METHODS:
@@ -783,10 +1193,9 @@ def scan_wrapper_arguments(
                 return latest[value.id]
             return None
 
-        def visit(statement: ast.stmt, conditions: tuple) -> None:
+        def visit(statement: ast.stmt, conditions: tuple, latest: Dict = latest, wrap_of=wrap_of) -> None:
             for call in ast.walk(statement):
-                function = function_named(call.func) if isinstance(call, ast.Call) else None
-                if function is None:
+                if id(call) not in callees:
                     continue
                 slots: List[WrappedSlot] = []
                 arguments = [(i, arg) for i, arg in enumerate(call.args)]
@@ -797,14 +1206,29 @@ def scan_wrapper_arguments(
                     if wrap is not None and not _excluded(wrap[2], conditions):
                         slots.append((slot, wrap[0], wrap[1], _condition_texts(text, wrap[2])))
                 if slots:
-                    passing.add(id(call.func))
-                    found.append(WrapperArguments(function, path, call.lineno, tuple(slots)))
+                    found[id(call)] = tuple(slots)
             if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
                 latest[statement.targets[0].id] = wrap_of(statement.value, conditions)
 
         _walk_conditions(scope.body, (), visit)
-    others.update(name for node, name in uses if node not in passing)
-    return tuple(found), tuple(sorted(others))
+    return found
+
+
+# Each `ast` node class's fields that may hold nodes (a name's `ctx` never matters here).
+_CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
+# The nodes that may bind a name (`_ScopeBindings.see`).
+_BINDING_NODES = frozenset(
+    {
+        ast.Name, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Lambda, ast.Import,
+        ast.ImportFrom, ast.Global, ast.Nonlocal, ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMapping,
+    }
+)
+
+
+def _holds_a_line(function: ast.AST, lines: Sequence[int]) -> bool:
+    """Whether one of the sorted `lines` lies within the function."""
+    at = bisect.bisect_left(lines, function.lineno)
+    return at < len(lines) and lines[at] <= (function.end_lineno or function.lineno)
 
 
 def _excluded(needed: tuple, taken: tuple) -> bool:
@@ -930,14 +1354,14 @@ class ProjectFacts:
         return next((wrap for wrap in facts.returned_wraps if wrap.function == function), None) if facts else None
 
     @cached_property
-    def _wrapper_arguments(self) -> Mapping[Tuple[str, str], Tuple[WrapperArguments, ...]]:
-        """(defining file, function) → the calls that pass it a wrapper."""
-        found: Dict[Tuple[str, str], List[WrapperArguments]] = {}
+    def _project_calls(self) -> Mapping[Tuple[str, str], Tuple[Tuple[str, ProjectCall], ...]]:
+        """(defining file, function or class) → the calls that pass it a wrapper or a tensor, each with its file."""
+        found: Dict[Tuple[str, str], List[Tuple[str, ProjectCall]]] = {}
         for facts in self.files.values():
-            for call in facts.wrapper_arguments:
+            for call in facts.project_calls:
                 target = self._function_target(call.function, facts.filename)
                 if target is not None:
-                    found.setdefault(target, []).append(call)
+                    found.setdefault(target, []).append((facts.filename, call))
         return {target: tuple(calls) for target, calls in found.items()}
 
     def _function_target(self, qualified: str, from_file: str) -> Optional[Tuple[str, str]]:
@@ -948,16 +1372,16 @@ class ProjectFacts:
     @cached_property
     def wrapper_receivers(self) -> FrozenSet[str]:
         """Names of project functions that some call passes a wrapper to (a cheap prefilter)."""
-        return frozenset(function for _, function in self._wrapper_arguments)
+        return frozenset(function for (_, function), calls in self._project_calls.items() if any(call.slots for _, call in calls))
 
-    def wrapper_arguments_of(self, filename: str, function: str) -> Tuple[WrapperArguments, ...]:
-        """The calls that pass a wrapper to the top-level `function` of `filename`, when nothing else in
-        the project may use it: no other use in a file read for calls, and no import of its module by a
-        file not read for them (one that wraps nothing). The defining file itself, when not read, is
-        its caller's to check. Empty when there is no such call or another use may exist: a function
-        called with a plain model, or from code we cannot read, takes both."""
-        calls = self._wrapper_arguments.get((filename, function), ())
-        if not calls:
+    def wrapper_arguments_of(self, filename: str, function: str) -> Tuple[ProjectCall, ...]:
+        """The calls of the top-level `function` of `filename` when some pass it a wrapper and nothing
+        else in the project may use it: no other use in a file read for calls, and no import of its
+        module by a file not read for them. The defining file itself, when not read, is its caller's
+        to check. Empty when there is no such call or another use may exist: a function called with a
+        plain model, or from code we cannot read, takes both."""
+        calls = tuple(call for _, call in self._project_calls.get((filename, function), ()))
+        if not any(call.slots for call in calls):
             return ()
         for other, facts in self.files.items():
             if facts.other_references is not None:
@@ -969,12 +1393,71 @@ class ProjectFacts:
                 return ()
         return calls
 
+    def calls_from_other_files(self, filename: str, name: str) -> Optional[Tuple[ProjectCall, ...]]:
+        """The calls that other files make of the top-level function or class `name` of `filename`,
+        each passing it a tensor or a wrapper; None when another file may use it some other way (a
+        call that passes neither, a call hidden in a statement's header, a reference, a star import,
+        a re-export) or may use it unread (a file not read for calls that imports its module)."""
+        for other, module in self._references_by_name.get(name, ()) + self._references_by_name.get("*", ()):
+            if other != filename and (self.index.resolve(module, other) if module else other) == filename:
+                return None
+        stem = os.path.splitext(os.path.basename(filename))[0]
+        folder = os.path.basename(os.path.dirname(filename))
+        for key in {stem, folder}:
+            for facts in self._unread_importers.get(key, ()):
+                if facts.filename != filename and self._may_import(facts, filename):
+                    return None
+        return tuple(call for caller, call in self._project_calls.get((filename, name), ()) if caller != filename)
+
+    @cached_property
+    def _references_by_name(self) -> Mapping[str, Tuple[Tuple[str, str], ...]]:
+        """Last name (`*` for a star import) → (file, module) of every other use that files read for calls make."""
+        found: Dict[str, List[Tuple[str, str]]] = {}
+        for facts in self.files.values():
+            for name in facts.other_references or ():
+                module, _, last = name.rpartition(".")
+                found.setdefault(last, []).append((facts.filename, module))
+        return {last: tuple(entries) for last, entries in found.items()}
+
+    @cached_property
+    def _unread_importers(self) -> Mapping[str, Tuple[FileFacts, ...]]:
+        """The files not read for calls, by the last part of each module they import."""
+        found: Dict[str, List[FileFacts]] = {}
+        for facts in self.files.values():
+            if facts.other_references is None:
+                lazy = facts.distributed.lazy_imports if facts.distributed is not None else ()
+                for module in {*facts.imports, *facts.nested_imports, *lazy}:
+                    found.setdefault(module.rpartition(".")[2], []).append(facts)
+        return {key: tuple(dict.fromkeys(entries)) for key, entries in found.items()}
+
+    def tensors_known(self, names: Iterable[str]) -> bool:
+        """Whether every one of these project names (`utils.make()`, `config.priors`) holds or returns a tensor."""
+        return all(self.is_tensor(name) for name in names)
+
+    @cached_property
+    def parallel_helper_names(self) -> FrozenSet[str]:
+        """The names of the project's functions that forward to the functional `data_parallel` (a cheap prefilter)."""
+        return frozenset(helper.function for facts in self.files.values() for helper in facts.parallel_helpers)
+
+    def parallel_helper(self, qualified: str, from_file: str) -> Optional[Tuple[str, ParallelHelper]]:
+        """The project function `qualified` (a bare name for one of `from_file`), with its file, when it
+        forwards a module and its input to the functional `data_parallel`."""
+        if qualified.rpartition(".")[2] not in self.parallel_helper_names:
+            return None
+        target = self._function_target(qualified, from_file)
+        facts = self.files.get(target[0]) if target else None
+        if facts is None or target is None:
+            return None
+        found = next((helper for helper in facts.parallel_helpers if helper.function == target[1]), None)
+        return (facts.filename, found) if found is not None else None
+
     def _may_import(self, facts: FileFacts, filename: str) -> bool:
-        """Whether `facts`' file imports the module `filename`, or its package (`from pkg import engine`)."""
+        """Whether `facts`' file imports the module `filename`, or its package (`from pkg import engine`),
+        at its top or inside its functions."""
         stem = os.path.splitext(os.path.basename(filename))[0]
         folder = os.path.basename(os.path.dirname(filename))
         lazy = facts.distributed.lazy_imports if facts.distributed is not None else ()
-        for module in (*facts.imports, *lazy):
+        for module in dict.fromkeys((*facts.imports, *facts.nested_imports, *lazy)):
             if module.rpartition(".")[2] in (stem, folder) and filename in (
                 self.index.resolve(module, facts.filename),
                 self.index.resolve(f"{module}.{stem}", facts.filename),

@@ -17,7 +17,8 @@ call, loops over a DataLoader, a tensor, a container of tensors or a module's
 parameters, unpacking and indexing of those, lists/tuples/dicts built only from tensors (and given
 nothing else later), what the file's own functions and methods return (every reachable `return` a
 tensor), the project's functions and module-level names shown to be tensors (`ProjectFacts.is_tensor`),
-and for an unannotated parameter of a function of the same file the arguments at its call sites.
+and for an unannotated parameter of a function (or of a class's `__init__`) the arguments of every
+call of it: those of this file read here, those of other files as the project's facts record them.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ import libcst as cst
 
 from dplint.context import FileContext
 from dplint.analysis import tensor_api
-from dplint.analysis.facts import Wrap
-from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, dotted, run_visitor
+from dplint.analysis.facts import ProjectCall, Wrap
+from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, descendants, dotted, iter_calls, run_visitor
 
 
 class Kind(enum.Enum):
@@ -110,6 +111,8 @@ CONTAINER_ADDERS = frozenset({"extend", "update"})
 EXITS = frozenset({"sys.exit", "os._exit"})
 # Decorators that keep what the function returns (a property's getter: when the attribute is read).
 TRANSPARENT_DECORATORS = frozenset({"property", "staticmethod", "classmethod", "no_grad", "inference_mode", "enable_grad", "lru_cache", "cache"})
+# Decorators that call the function with the arguments it was given.
+ARGUMENT_KEEPING_DECORATORS = frozenset({"no_grad", "inference_mode", "enable_grad", "lru_cache", "cache"})
 # Torch functions and tensor methods that return a tuple or list of tensors.
 TENSOR_SEQUENCE_FUNCTIONS = tensor_api.TORCH_FUNCTIONS_SEQUENCE
 TENSOR_SEQUENCE_METHODS = tensor_api.TENSOR_METHODS_SEQUENCE
@@ -189,7 +192,8 @@ class Inference:
         self.functions: Dict[str, List[Tuple[cst.FunctionDef, Scope]]] = {}
         self.statements: List[Tuple[cst.SimpleStatementLine, Scope]] = []
         self._scope_of_function: Dict[cst.FunctionDef, Scope] = {}
-        self._call_sites: Optional[Dict[str, List[Tuple[cst.Call, Scope]]]] = None
+        self._calls: Optional[_CallCollector] = None
+        self._class_scopes: Dict[cst.ClassDef, Scope] = {}
         self._statement_scopes: Optional[Dict[int, Scope]] = None
         self._in_progress: Set[Tuple[int, str]] = set()
         self._definitions: Dict[int, Definitions] = {}  # statement → the bindings it makes
@@ -260,6 +264,7 @@ class Inference:
         is_module = any(self._is_module_base(base.value) for base in node.bases)
         model = ClassModel(node, is_module)
         self.classes[node.name.value] = model
+        self._class_scopes[node] = scope
         self._walk(block_body(node.body), Scope(scope, body=block_body(node.body)), model)
 
     def _is_module_base(self, base: cst.BaseExpression) -> bool:
@@ -704,6 +709,25 @@ class Inference:
                 if isinstance(statement, cst.FunctionDef) and statement.name.value == "forward":
                     yield class_name, statement, self._scope_of_function[statement], wraps
 
+    def replicated_classes(self) -> Dict[str, Tuple[Wrap, Optional[str]]]:
+        """Classes of this file whose `forward` runs on DataParallel replicas: the wrapped ones, and the
+        classes they build as submodules (`self.rnn = nn.Sequential(BidirectionalLSTM(...))`), transitively.
+        Each with a wrap and the wrapped class it is built inside (None for the wrapped class itself)."""
+        found: Dict[str, Tuple[Wrap, Optional[str]]] = {}
+        for class_name, _, _, wraps in self.wrapped_forwards():
+            found.setdefault(class_name, (wraps[0], None))
+        pending = list(found)
+        while pending:
+            owner = pending.pop()
+            wrap, via = found[owner]
+            for call in iter_calls(self.classes[owner].node):
+                name = dotted(call.func)
+                model = self.classes.get(name or "")
+                if name is not None and model is not None and model.is_module and name not in found:
+                    found[name] = (wrap, via or owner)
+                    pending.append(name)
+        return found
+
     @staticmethod
     def self_attribute_is_parameter(attr: str, scope: Scope) -> bool:
         return scope.owner is not None and attr in scope.owner.parameters
@@ -790,32 +814,108 @@ class Inference:
             self._in_progress.discard(key)
 
     def _parameter_kind(self, function: cst.FunctionDef, param: cst.Param) -> Optional[Kind]:
-        """An unannotated parameter holds what the calls in this file pass to it."""
-        sites = self._calls_by_name().get(function.name.value, [])
-        if not sites or function not in {f for f, _ in self.functions.get(function.name.value, ())}:
+        """An unannotated parameter holds what every call of its function (or, for `__init__`, of its
+        class) passes to it, or its default where a call leaves it out: the calls in this file, read
+        here, and for a function or class at the top of the module every call in the project's other
+        files, as the facts record it (`ProjectFacts.calls_from_other_files`). Unknown without a call,
+        and where the function may be called some other way: its name used other than to call it (a
+        reference, a subclass, an import of another of that name), a decorator that may change its
+        arguments, a `*args`/`**kwargs` splat, a caller in a file not read for calls."""
+        callee = self._callee(function)
+        if callee is None:
+            return Kind.OTHER
+        name, top_level, shift = callee
+        sites = self._calls_by_name().get(name, [])
+        if self._call_collector().uses.get(name, 0) != 1 + len(sites):  # its definition's name, then the calls
+            return Kind.OTHER
+        elsewhere: Tuple[ProjectCall, ...] = ()
+        if top_level:
+            found = self.ctx.project.calls_from_other_files(self.ctx.filename, name)
+            if found is None:
+                return Kind.OTHER
+            elsewhere = found
+        if not sites and not elsewhere:
             return Kind.OTHER
         positional = list(function.params.posonly_params) + list(function.params.params)
-        index = next((i for i, p in enumerate(positional) if p is param), None)
+        index = next((i - shift for i, p in enumerate(positional) if p is param), None)
+        keyword = None if param in function.params.posonly_params else param.name.value
         result: Optional[Kind] = None
         for call, caller_scope in sites:
             if any(arg.star for arg in call.args):
                 return Kind.OTHER
-            argument = _argument_for(call, param.name.value, index)
+            argument = _argument_for(call, keyword, index)
             if argument is None:
-                if param.default is None:
-                    return Kind.OTHER
-                argument = param.default
-            result = join(result, self._kind(argument, caller_scope))
+                result = join(result, self._default_kind(function, param))
+            else:
+                result = join(result, self._kind(argument, caller_scope))
             if result is Kind.OTHER:
-                break
+                return result
+        for other in elsewhere:
+            if other.passed is None:
+                return Kind.OTHER
+            count, keywords = other.passed
+            slot = index if index is not None and index < count else keyword if keyword in keywords else None
+            if slot is None:
+                result = join(result, self._default_kind(function, param))
+            else:
+                deps = dict(other.tensors).get(slot)
+                result = join(result, Kind.TENSOR if deps is not None and self.ctx.project.tensors_known(deps) else Kind.OTHER)
+            if result is Kind.OTHER:
+                return result
         return result
 
+    def _default_kind(self, function: cst.FunctionDef, param: cst.Param) -> Optional[Kind]:
+        """What a parameter holds where a call leaves it out: its default, read where the `def` stands."""
+        if param.default is None:
+            return Kind.OTHER  # a required parameter left out: the call raises, or the match was wrong
+        return self._kind(param.default, self._scope_of_function[function].parent or self.module_scope)
+
+    def _callee(self, function: cst.FunctionDef) -> Optional[Tuple[str, bool, int]]:
+        """The name a function is called by, whether it stands at the top of the module (so other
+        files may call it), and how many of its parameters a call does not pass (`self`). A function
+        of the module or nested in another function is called by its name; `__init__` by its class's.
+        None for any other method, and where a call may not reach the parameters as written: a
+        decorator that may change them, a class whose `__init__` is also reached some other way (a
+        metaclass, `__new__`, a class method that builds one, `type(self)(...)`)."""
+        scope = self._scope_of_function.get(function)
+        if scope is None or not _keeps_arguments(function):
+            return None
+        if scope.owner is None:
+            return function.name.value, scope.parent is self.module_scope, 0
+        model = scope.owner
+        if function.name.value != "__init__" or model.node.decorators or model.node.keywords or not self._built_by_name_only(model):
+            return None
+        class_scope = self._class_scopes.get(model.node)
+        if class_scope is self.module_scope:
+            return model.node.name.value, True, 1
+        if class_scope is not None and class_scope.function is not None:
+            return model.node.name.value, False, 1  # a class of a function: called in this file alone
+        return None
+
+    @staticmethod
+    def _built_by_name_only(model: ClassModel) -> bool:
+        """Whether the class's objects are built only by calling its name: no `__new__`, no class
+        method (`cls(...)`), no `type(self)(...)` or `self.__class__(...)` in its body."""
+        for statement in block_body(model.node.body):
+            if isinstance(statement, cst.FunctionDef):
+                if statement.name.value == "__new__" or any(dotted(d.decorator) == "classmethod" for d in statement.decorators):
+                    return False
+        for node in descendants(model.node):
+            if isinstance(node, cst.Attribute) and node.attr.value == "__class__":
+                return False
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "type" and len(node.args) == 1:
+                return False
+        return True
+
     def _calls_by_name(self) -> Dict[str, List[Tuple[cst.Call, Scope]]]:
-        if self._call_sites is None:
-            collector = _CallCollector(set(self.functions), self._scope_of_function, self.module_scope)
+        return self._call_collector().sites
+
+    def _call_collector(self) -> "_CallCollector":
+        if self._calls is None:
+            collector = _CallCollector(set(self.functions) | set(self.classes), self._scope_of_function, self.module_scope)
             run_visitor(self.ctx.module, collector)
-            self._call_sites = collector.sites
-        return self._call_sites
+            self._calls = collector
+        return self._calls
 
 
 class _Flow:
@@ -1113,12 +1213,13 @@ def _tensor_if(kind: Optional[Kind]) -> Optional[Kind]:
     return kind if kind in (None, Kind.TENSOR) else Kind.OTHER
 
 
-def _argument_for(call: cst.Call, name: str, index: Optional[int]) -> Optional[cst.BaseExpression]:
+def _argument_for(call: cst.Call, name: Optional[str], index: Optional[int]) -> Optional[cst.BaseExpression]:
+    """The argument a call passes at position `index` or by the keyword `name` (None: by position only)."""
     positional = [arg for arg in call.args if arg.keyword is None]
     if index is not None and index < len(positional):
         return positional[index].value
     for arg in call.args:
-        if _keyword(arg) == name:
+        if name is not None and _keyword(arg) == name:
             return arg.value
     return None
 
@@ -1134,13 +1235,18 @@ def _at_path(shape: Shape, path: Tuple[int, ...]) -> Kind:
 
 
 class _CallCollector(cst.CSTVisitor):
-    """Calls of the file's own functions by plain name, each with the scope it is made in."""
+    """Calls of the file's own functions and classes by plain name, each with the scope it is made in,
+    and how many times each of those names is used: every `Name` but an attribute's (`x.train`), a
+    keyword's (`f(train=...)`), a method's own (`def train(self)`), one in an annotation, a class
+    handed to `super`, `isinstance` or `issubclass` (none of which calls or rebinds it)."""
 
     def __init__(self, names: Set[str], scopes: Dict[cst.FunctionDef, Scope], module_scope: Scope) -> None:
         self.names = names
         self.scopes = scopes
         self.stack = [module_scope]
         self.sites: Dict[str, List[Tuple[cst.Call, Scope]]] = {}
+        self.uses: Dict[str, int] = {}
+        self.skipped: Set[int] = set()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.stack.append(self.scopes.get(node, self.stack[-1]))
@@ -1148,9 +1254,43 @@ class _CallCollector(cst.CSTVisitor):
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.stack.pop()
 
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        for statement in block_body(node.body):
+            if isinstance(statement, cst.FunctionDef):
+                self.skipped.add(id(statement.name))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.skipped.add(id(node.attr))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.skipped.add(id(node.keyword))
+
+    def visit_Annotation(self, node: cst.Annotation) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in self.names and id(node) not in self.skipped:
+            self.uses[node.value] = self.uses.get(node.value, 0) + 1
+
     def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Name) and node.func.value in self.names:
-            self.sites.setdefault(node.func.value, []).append((node, self.stack[-1]))
+        func = node.func
+        if isinstance(func, cst.Name) and func.value in self.names:
+            self.sites.setdefault(func.value, []).append((node, self.stack[-1]))
+        elif isinstance(func, cst.Name) and func.value in ("super", "isinstance", "issubclass") and len(node.args) == 2:
+            checked = node.args[0 if func.value == "super" else 1].value
+            for element in [e.value for e in checked.elements] if isinstance(checked, cst.Tuple) else [checked]:
+                self.skipped.add(id(element))
+
+
+def _keeps_arguments(function: cst.FunctionDef) -> bool:
+    """Whether the function's decorators (if any) pass the call's arguments on as they are."""
+    return all(
+        (dotted(decorator.decorator if not isinstance(decorator.decorator, cst.Call) else decorator.decorator.func) or "")
+        .rpartition(".")[2]
+        in ARGUMENT_KEEPING_DECORATORS
+        for decorator in function.decorators
+    )
 
 
 # torch.nn.functional losses whose default reduction ("mean") returns a 0-dim tensor.

@@ -570,8 +570,8 @@ def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
 def parameter_wraps(ctx: FileContext, function: cst.FunctionDef) -> Dict[str, FrozenSet[WrapSite]]:
     """The parameters of a top-level function to which every call in the project passes a wrapper (at
     the wrap in the caller, under its conditions there). A decorated function may be called by its
-    decorator, and one that its own file uses elsewhere (a file that wraps nothing is not read for
-    calls) may be called with a plain model: neither has any."""
+    decorator, and one that its own file uses elsewhere (a file that wraps nothing and names no torch
+    is not read for calls) may be called with a plain model: neither has any."""
     name = function.name.value
     if function.decorators or name not in ctx.project.wrapper_receivers:
         return {}
