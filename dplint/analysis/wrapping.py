@@ -597,12 +597,18 @@ def parameter_wraps(ctx: FileContext, function: cst.FunctionDef) -> Dict[str, Fr
 
 
 def _name_counts(ctx: FileContext) -> Dict[str, int]:
-    """How many times each name occurs in the file (definitions and uses)."""
+    """How many times each name occurs in the file (definitions and uses); an attribute (`model.train()`)
+    and a keyword (`f(train=True)`) are other names, whatever they are spelt."""
 
     def count() -> Dict[str, int]:
         found: Dict[str, int] = {}
+        others = set()
         for node in descendants(ctx.module):
-            if isinstance(node, cst.Name):
+            if isinstance(node, cst.Attribute):
+                others.add(id(node.attr))
+            elif isinstance(node, cst.Arg) and node.keyword is not None:
+                others.add(id(node.keyword))
+            elif isinstance(node, cst.Name) and id(node) not in others:
                 found[node.value] = found.get(node.value, 0) + 1
         return found
 
