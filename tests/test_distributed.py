@@ -509,7 +509,7 @@ def test_when_the_launcher_ends_every_rank_and_its_workers_end(
         os.killpg(launcher.pid, sent)
     else:
         launcher.send_signal(sent)
-    out, err = launcher.communicate(timeout=30)
+    out, err = launcher.communicate(timeout=60)
     assert launcher.returncode == status
     assert err.endswith(said) and "Traceback" not in err  # dplint's notes aside, nothing but the last line
     assert out == (f"{spot_in(script, '.cuda(0)')}: DPL508 ranks 0 and 1 all put this tensor on cuda:0: they share one GPU\n" if found else "")
