@@ -726,12 +726,17 @@ class _Names:
         return cls(aliases, package)
 
     def qualify(self, node: ast.AST) -> Optional[str]:
-        name = _ast_dotted(node)
-        if name is None:
-            return None
-        head, _, rest = name.partition(".")
-        target = self.aliases.get(head, head)
-        return f"{target}.{rest}" if rest else target
+        return _qualified(node, self.aliases)
+
+
+def _qualified(node: ast.AST, aliases: Mapping[str, str]) -> Optional[str]:
+    """The dotted name of `node` with its first part resolved through the file's imports (`nn.Linear` → `torch.nn.Linear`)."""
+    name = _ast_dotted(node)
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    target = aliases.get(head, head)
+    return f"{target}.{rest}" if rest else target
 
 
 _SUBCLASS = GuardedPattern(r"^[ \t]*class[ \t]+\w+[ \t]*\([ \t]*[\w.]", ["class"], re.M, one_line=True)
@@ -800,12 +805,7 @@ class _WrapVisitor(ast.NodeVisitor):
         self.scopes: List[Tuple[Dict[str, List[ast.AST]], List[ast.Call]]] = []
 
     def qualify(self, node: ast.AST) -> Optional[str]:
-        name = _ast_dotted(node)
-        if name is None:
-            return None
-        head, _, rest = name.partition(".")
-        target = self.aliases.get(head, head)
-        return f"{target}.{rest}" if rest else target
+        return _qualified(node, self.aliases)
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
