@@ -126,7 +126,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"dplint run: error: cannot write {args.output_file}: {problem.strerror or problem}", file=sys.stderr)
             return 2
     if error is not None and error.failure is not None and not error.failure.code:
-        print(f"dplint run: {error.failure_text()}", file=sys.stderr)
+        print(f"dplint run: {error.failure_text(alone=args.devices is not None)}", file=sys.stderr)
         return 2 if error.failure.kind == "SetupError" else 1
     if error is not None and error.incomplete:
         print(f"dplint run: {error.incomplete}", file=sys.stderr)

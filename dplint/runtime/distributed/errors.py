@@ -44,14 +44,16 @@ class RankFailure:
     code: Optional[str] = None  # set for a DistributedPitfall
     time: float = 0.0
 
-    def describe(self) -> str:
+    def describe(self, alone: bool = False) -> str:
+        """What happened, naming the rank (`alone`: the one process of `dplint run --devices`, "the script")."""
+        who = "the script" if alone else f"rank {self.rank}"
         if self.code:
             return f"{self.where}: {self.message}"
         if self.kind == "SetupError":
             return self.message
         if self.kind == "exit":
-            return f"rank {self.rank} {self.message}; it {self.where}"
-        return f"rank {self.rank} failed at {self.where}: {self.kind}: {self.message}"
+            return f"{who} {self.message}; it {self.where}"
+        return f"{who} failed at {self.where}: {self.kind}: {self.message}"
 
 
 class LaunchError(RuntimeError):
@@ -76,11 +78,11 @@ class LaunchError(RuntimeError):
         self.code = failure.code if failure else (self.findings[0].code if self.findings else None)
         super().__init__(self._text())
 
-    def failure_text(self) -> str:
+    def failure_text(self, alone: bool = False) -> str:
         """Which rank failed, where, and (unless the failure names them already) what the others were doing."""
         if self.failure is None:
             return ""
-        lines = [self.failure.describe()]
+        lines = [self.failure.describe(alone)]
         if not self.failure.code and self.failure.kind != "SetupError":
             lines += [f"  rank {rank} {state}" for rank, state in sorted(self.states.items()) if rank != self.failure.rank]
         return "\n".join(lines)
