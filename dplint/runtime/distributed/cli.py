@@ -119,12 +119,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _interrupted(outcome, args)
     error = outcome.error()
     findings = outcome.reported()
-    if findings or args.output_file or (args.format or "concise") not in ("full", "concise"):
-        try:
-            _report(findings, args)
-        except OSError as problem:
-            print(f"dplint run: error: cannot write {args.output_file}: {problem.strerror or problem}", file=sys.stderr)
-            return 2
+    if not _report(findings, args):
+        return 2
     if error is not None and error.failure is not None and not error.failure.code:
         print(f"dplint run: {error.failure_text(alone=args.devices is not None)}", file=sys.stderr)
         return 2 if error.failure.kind == "SetupError" else 1
@@ -146,26 +142,32 @@ def _interrupted(outcome: Any, args: argparse.Namespace) -> int:
     status = 130 if isinstance(stopped, KeyboardInterrupt) else (stopped.code if isinstance(stopped.code, int) else 1)
     how = "interrupted" if isinstance(stopped, KeyboardInterrupt) else f"stopped by signal {status - 128}"
     findings = outcome.findings
-    if findings or args.output_file or (args.format or "concise") not in ("full", "concise"):
-        try:
-            _report(findings, args)
-        except OSError as problem:
-            print(f"dplint run: error: cannot write {args.output_file}: {problem.strerror or problem}", file=sys.stderr)
+    _report(findings, args)
     so_far = f"; {len(findings)} finding{'s' * (len(findings) != 1)} so far" if findings else "; no findings so far"
     print(f"dplint run: {how}; the ranks were stopped{so_far}", file=sys.stderr)
     return status
 
 
-def _report(findings: List[Finding], args: argparse.Namespace) -> None:
-    """The findings through the linter's reporters; the human formats end with no summary: the exit line says it."""
+def _report(findings: List[Finding], args: argparse.Namespace) -> bool:
+    """The findings through the linter's reporters (False: the output file could not be written). A human
+    format with nothing to say writes nothing, and ends with no summary: the exit line says it; a machine
+    format or an output file is written even when clean."""
     from dplint import reporters
+
+    if not (findings or args.output_file or (args.format or "concise") not in ("full", "concise")):
+        return True
 
     def write(out: TextIO) -> None:
         chosen = args.format or ("full" if out.isatty() else "concise")
         reporters.write_report(chosen, findings, out, reporters.reading(), use_colour("auto", out), show_summary=False)
 
-    if args.output_file:
-        with open(args.output_file, "w", encoding="utf-8") as handle:
-            write(handle)
-    else:
-        write(sys.stdout)
+    try:
+        if args.output_file:
+            with open(args.output_file, "w", encoding="utf-8") as handle:
+                write(handle)
+        else:
+            write(sys.stdout)
+    except OSError as problem:
+        print(f"dplint run: error: cannot write {args.output_file}: {problem.strerror or problem}", file=sys.stderr)
+        return False
+    return True

@@ -41,14 +41,14 @@ class RankFailure:
     message: str
     where: str
     traceback: str = ""
-    code: Optional[str] = None  # set for a DistributedPitfall
+    code: Optional[str] = None  # set for a pitfall (a DistributedPitfall, a DataParallel PitfallError); `message` is then its own
     time: float = 0.0
 
     def describe(self, alone: bool = False) -> str:
         """What happened, naming the rank (`alone`: the one process of `dplint run --devices`, "the script")."""
         who = "the script" if alone else f"rank {self.rank}"
         if self.code:
-            return f"{self.where}: {self.message}"
+            return f"{self.where}: {self.code} {self.message}"
         if self.kind == "SetupError":
             return self.message
         if self.kind == "exit":

@@ -100,8 +100,7 @@ class Outcome:
             return list(self.findings)
         from dplint.runtime.findings import runtime_finding
 
-        message = failure.message[len(failure.code) + 1:] if failure.message.startswith(failure.code + " ") else failure.message
-        return [runtime_finding(failure.code, message, failure.where, (failure.rank,)), *self.findings]
+        return [runtime_finding(failure.code, failure.message, failure.where, (failure.rank,)), *self.findings]
 
     def error(self) -> Optional[LaunchError]:
         if self.failures:

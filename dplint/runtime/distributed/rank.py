@@ -127,13 +127,14 @@ def _publish_failure(channel: Any, error: BaseException) -> None:
         time=time.time(),
     )
     if pitfall:
-        failure.message = str(pitfall)
+        failure.message = pitfall.message
     elif _is_dataparallel_pitfall(error):  # `dplint run --devices`: a DataParallel check stopped the script
+        failure.code, failure.message = error.code, error.message  # type: ignore[attr-defined]
         finding = error.finding  # type: ignore[attr-defined]
-        failure.code, failure.message = finding.code if finding else error.code, f"{error.code} {error.message}"  # type: ignore[attr-defined]
         if finding is not None:
             failure.where = where = f"{finding.path}:{finding.location.row}"
-    channel.store.set(state_key(channel.rank), f"failed at {where}: {failure.kind}: {failure.message}")
+    said = f"{failure.code} {failure.message}" if failure.code else failure.message
+    channel.store.set(state_key(channel.rank), f"failed at {where}: {failure.kind}: {said}")
     channel.store.set(error_key(channel.rank), json.dumps(asdict(failure)))
 
 
