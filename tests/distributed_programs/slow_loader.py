@@ -24,14 +24,21 @@ class Slow(Dataset):
         return index
 
 
+def record(name: str) -> None:
+    """Write this process's pid under `name` in one step: the test reads each file as soon as it appears."""
+    partial = PIDS / f"partial{os.getpid()}"
+    partial.write_text(str(os.getpid()))
+    partial.replace(PIDS / name)
+
+
 def record_worker(worker_id: int) -> None:
-    (PIDS / f"worker-{os.environ['RANK']}-{worker_id}").write_text(str(os.getpid()))
+    record(f"worker-{os.environ['RANK']}-{worker_id}")
 
 
 if __name__ == "__main__":
     dist.init_process_group("gloo")
     if sys.argv[2:] == ["gpu0"]:
         torch.zeros(1).cuda(0)
-    (PIDS / f"rank-{dist.get_rank()}").write_text(str(os.getpid()))
+    record(f"rank-{dist.get_rank()}")
     for batch in DataLoader(Slow(), batch_size=4, num_workers=2, worker_init_fn=record_worker):
         pass
