@@ -56,7 +56,8 @@ class WrapperStateDictPrefix(Rule):
     the `module.` prefix stripped by hand: `k[7:]`, `k[len("module."):]`, `k.replace("module.", "")`
     (or `str.replace(k, "module.", "")`), `k.split("module.", 1)[-1]`, `k.lstrip("module.")`,
     `".".join(k.split(".")[1:])` over a checkpoint's keys, in loops or dict comprehensions, and
-    misspelt prefixes (`"modules."`).
+    misspelt prefixes (`"modules."`), also in the guard of a slice (`if k.startswith("modules."):`).
+    A slice under a `k.startswith("module.")` guard strips correctly and is not reported.
     At runtime (`pytest --dplint`), `load_state_dict` whose keys differ from the model's only by the
     `module.` prefix is reported, also under `strict=False`, and so is a checkpoint whose keys all
     carry the prefix loaded into a model whose keys do not, even when they differ in more (a
@@ -176,6 +177,13 @@ class WrapperStateDictPrefix(Rule):
             package = ".".join(name.split(".")[1:])  # a dotted module path, no checkpoint
             """
         ),
+        Valid(
+            """
+            import torch
+            state = torch.load("ckpt.pt")["state_dict"]
+            clean = {(k[7:] if k.startswith("module.") else k): v for k, v in state.items()}
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -267,6 +275,16 @@ class WrapperStateDictPrefix(Rule):
             state = {".".join(k.split(".")[1:]): v for k, v in checkpoint["state_dict"].items()}
             """,
             line=3,
+        ),
+        Invalid(
+            """
+            import torch
+            state = torch.load("ckpt.pt")["state_dict"]
+            for k in list(state):
+                if k.startswith("modules."):
+                    state[k[7:]] = state.pop(k)
+            """,
+            line=5,
         ),
     ]
 
@@ -393,12 +411,16 @@ def _hand_stripping(ctx: FileContext, body: Body, context: str) -> Iterator[Repo
 _STRIP_HELP = 'Use `consume_prefix_in_state_dict_if_present(state_dict, "module.")` from `torch.nn.modules.utils`.'
 
 
+# A test that the key carries the prefix: `k.startswith("module.")`, `k[:7] == "module."`.
+_GUARD = re.compile(r"""(?:startswith\(\s*|\[\s*:\s*(?:7|len\([^)]*\))\s*\]\s*==\s*)["'](?P<prefix>module[^"']*)["']""")
+
+
 def _strippings(ctx: FileContext, small: cst.CSTNode, context: str) -> Iterator[Tuple[cst.CSTNode, str]]:
     collector = _StrippingCollector()
     run_visitor(small, collector)
     text = f"{context} {ctx.code(small)}"
-    guarded = re.search(r"""startswith\(\s*["']module""", text) is not None
-    in_state_dict = guarded or _STATE_DICT_CONTEXT.search(text) is not None
+    guard = _GUARD.search(text)
+    in_state_dict = guard is not None or _STATE_DICT_CONTEXT.search(text) is not None
     for node, kind, prefix in collector.found:
         code = ctx.short_code(node, 40)
         if (prefix is None or prefix in _WEAK_PREFIXES) and not in_state_dict:
@@ -406,10 +428,10 @@ def _strippings(ctx: FileContext, small: cst.CSTNode, context: str) -> Iterator[
         if prefix not in ("module.", None):
             yield node, f'`{code}` does not strip the wrapper\'s prefix, which is `"module."`, not `"{prefix}"`.'
         elif kind == "slice":
-            if guarded:
-                yield node, f"`{code}` strips the `module.` prefix by hand."
-            else:
+            if guard is None:
                 yield node, f"`{code}` cuts 7 characters off every key, with or without the `module.` prefix."
+            elif guard["prefix"] not in ("module.", "module"):  # a guarded strip that works is left alone
+                yield node, f'`{code}` never runs on a wrapper\'s keys: the guard tests `"{guard["prefix"]}"`, not `"module."`.'
         elif kind == "replace":
             yield node, f"`{code}` also rewrites keys that contain `module.` further in (`submodule.`)."
         elif kind == "split":

@@ -866,7 +866,7 @@ DPL303_CASES = {
         """,
         [],
     ),
-    "every common way of stripping the prefix by hand": (
+    "every common way of stripping the prefix by hand; a guarded strip is correct": (
         """
         import torch
         from collections import OrderedDict
@@ -881,8 +881,10 @@ DPL303_CASES = {
                 k = k[7:]
             new_state[k] = v
         e = {k.replace("modules.", ""): v for k, v in state.items()}
+        f = {(k[7:] if k.startswith("modules.") else k): v for k, v in state.items()}
+        g = {(k[7:] if k[:7] == "module." else k): v for k, v in state.items()}
         """,
-        [(4, "DPL303"), (5, "DPL303"), (6, "DPL303"), (7, "DPL303"), (11, "DPL303"), (13, "DPL303")],
+        [(4, "DPL303"), (5, "DPL303"), (6, "DPL303"), (7, "DPL303"), (13, "DPL303"), (14, "DPL303")],
     ),
     "a parameter every call passes a wrapper (possibly) holds one": (
         """
