@@ -222,7 +222,7 @@ def test_row_independence_is_checked_by_default_and_ignorable(pytester):
     pytester.makepyfile(test_encoder=TIME_MAJOR_TESTS)
     result = pytester.runpytest_subprocess("--dplint")
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*DPL309 the gathered output differs from one forward of the whole batch*split dim 0*"])
+    result.stdout.fnmatch_lines(["*DPL309 the gathered output differs from one forward of the whole batch*splitting dim 0 split the sequence*"])
     pytester.runpytest_subprocess("--dplint", "--dplint-ignore", "DPL305,dpl309").assert_outcomes(passed=3)
     pytester.makeini("[pytest]\ndplint = true\ndplint_ignore = DPL309\n")
     pytester.runpytest_subprocess().assert_outcomes(passed=3)

@@ -54,8 +54,8 @@ def test_next_parameters_in_a_replica_is_dpl311_at_the_users_line_chained_from_t
     assert error.code == "DPL311"
     assert (error.filename, error.lineno) == (__file__, line_of(FirstParameter.forward, "next(self.parameters())"))
     assert "`device = next(self.parameters()).device` raised StopIteration in replica 0" in error.message
-    assert "`x.device`" in error.message and "self.fc.weight.device" in error.message
-    assert str(error).endswith(f"[forward at {__file__}:{error.lineno}, on a FirstParameter replica]")
+    assert "`x.device`" in error.help and "self.fc.weight.device" in error.help
+    assert str(error).splitlines()[0].endswith(f"[forward at {__file__}:{error.lineno}, on a FirstParameter replica]")
     cause = error.__cause__
     assert isinstance(cause, StopIteration) and str(cause).startswith("Caught StopIteration in replica 0 on device 0.")
     assert "next(self.parameters())" in str(cause)  # torch's "Original Traceback", as on GPUs
@@ -66,7 +66,7 @@ def test_without_gradients_replica_0_holds_the_original_parameters_and_replica_1
     # replica 0 gets the Parameters, registered as such; the copies of the other replicas are plain.
     with runtime.checking(devices=2), torch.no_grad(), pytest.raises(PitfallError, match="DPL311") as info:
         nn.DataParallel(FirstParameter())(torch.randn(4, 4))
-    assert "raised StopIteration in replica 1:" in info.value.message
+    assert "raised StopIteration in replica 1," in info.value.message
 
 
 class ThroughChild(nn.Module):
@@ -240,9 +240,13 @@ def test_a_script_shows_its_own_frames_and_torchs_and_none_of_dplints(tmp_path, 
         assert f'File "{script}", line {in_forward}, in forward' in stderr
     assert 'torch/nn/modules/module.py", line' in stderr  # torch's frames stay
     assert PACKAGE not in stderr and "dplint/runtime" not in stderr
-    # The finding is the last line (a replica's own error ends with torch's "Original Traceback" text,
-    # which ends with a newline, as on GPUs).
-    shown = (stderr.rstrip("\n") if forward == "own-error" else stderr).splitlines()[-1]
+    # The finding ends the output, its help line last (a replica's own error ends with torch's
+    # "Original Traceback" text, which ends with a newline, as on GPUs).
+    if forward == "own-error":
+        shown = stderr.rstrip("\n").splitlines()[-1]
+    else:
+        shown, help_line = stderr.splitlines()[-2:]
+        assert help_line.startswith("  help: ")
     assert shown.startswith(last)
     if forward == "first-parameter":
         assert shown.endswith(f"[forward at {script}:{in_forward}, on a Net replica]")

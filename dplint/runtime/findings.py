@@ -8,17 +8,8 @@ from typing import Sequence
 
 from dplint.finding import Finding, Location
 
-# What to write instead, for the runtime findings whose message does not say it: the `help` line.
+# What to write instead, the `help` line, for the findings of DDP's ranks (DataParallel's checks give their own).
 RUNTIME_HELP = {
-    "DPL103": "move the module to `device_ids[0]` before wrapping it",
-    "DPL301": "keep the batch in dimension 0 of forward's inputs and outputs, or pass `dim=` to DataParallel",
-    "DPL303": "save `model.module.state_dict()`, or load into the wrapper",
-    "DPL304": "keep per-call state in locals; register buffers for what must persist",
-    "DPL305": "return a tensor with a batch dimension, or reduce after the wrapper's gather",
-    "DPL306": "use a batch size divisible by the devices, or drop the last uneven batch",
-    "DPL307": "call the module directly, or give DataParallel more than one device",
-    "DPL309": "compute batch statistics outside the wrapped forward, or use SyncBatchNorm under DDP",
-    "DPL310": "pad or drop the last batch so that every device gets a chunk",
     "DPL501": "call `sampler.set_epoch(epoch)` at the start of every epoch",
     "DPL503": "give each rank its own shard: `DistributedSampler(dataset)` with the process group's rank",
     "DPL504": "call the DDP wrapper itself in training, not its `.module`",

@@ -59,16 +59,17 @@ class _Located:
     """What both the error and the warning carry: the code, the message and where `forward` is (or the
     line of the user's code the finding is about)."""
 
-    def _locate(self, code: str, message: str, module: Optional[nn.Module], line: Optional[Line] = None) -> str:
+    def _locate(self, code: str, said: messages.Said, module: Optional[nn.Module], line: Optional[Line] = None) -> str:
         self.code = code
-        self.message = message
+        self.message, self.help = said
         self.module_class = type(module).__qualname__ if module is not None else None
         if line is not None:
             self.filename, self.lineno, function = line
-            return f"{code} {message} [{function} at {self.filename}:{self.lineno}, on a {self.module_class} replica]"
-        self.filename, self.lineno = _forward_location(type(module)) if module is not None else (None, None)
-        where = f" [{self.module_class}.forward at {self.filename}:{self.lineno}]" if self.filename else ""
-        return f"{code} {message}{where}"
+            where = f" [{function} at {self.filename}:{self.lineno}, on a {self.module_class} replica]"
+        else:
+            self.filename, self.lineno = _forward_location(type(module)) if module is not None else (None, None)
+            where = f" [{self.module_class}.forward at {self.filename}:{self.lineno}]" if self.filename else ""
+        return f"{code} {self.message}{where}\n  help: {self.help}"
 
     @property
     def finding(self) -> Optional[Finding]:
@@ -78,21 +79,21 @@ class _Located:
             return None
         from dplint.runtime.distributed.channel import display_path
 
-        return runtime_finding(self.code, self.message, f"{display_path(self.filename)}:{self.lineno}")
+        return runtime_finding(self.code, self.message, f"{display_path(self.filename)}:{self.lineno}", help=self.help)
 
 
 class PitfallError(_Located, RuntimeError):
-    """A DataParallel pitfall found at runtime; `.code`, `.message`, `.module_class`, `.filename`, `.lineno`."""
+    """A DataParallel pitfall found at runtime; `.code`, `.message`, `.help`, `.module_class`, `.filename`, `.lineno`."""
 
-    def __init__(self, code: str, message: str, module: Optional[nn.Module] = None, line: Optional[Line] = None) -> None:
-        super().__init__(self._locate(code, message, module, line))
+    def __init__(self, code: str, said: messages.Said, module: Optional[nn.Module] = None, line: Optional[Line] = None) -> None:
+        super().__init__(self._locate(code, said, module, line))
 
 
 class PitfallWarning(_Located, UserWarning):
     """An advice-level pitfall, or any pitfall under `action="warn"`; same attributes as PitfallError."""
 
-    def __init__(self, code: str, message: str, module: Optional[nn.Module] = None, line: Optional[Line] = None) -> None:
-        super().__init__(self._locate(code, message, module, line))
+    def __init__(self, code: str, said: messages.Said, module: Optional[nn.Module] = None, line: Optional[Line] = None) -> None:
+        super().__init__(self._locate(code, said, module, line))
 
 
 def _entry(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -145,7 +146,7 @@ _warning_registry: Dict[Any, Any] = {}  # shows each advice once per place, not 
 # DPL309's BatchNorm advice is the same for every BatchNorm model: said once per process (a pytest
 # session), not once per model, call or test.
 _batch_norm_advised = [False]
-_device_checks: "weakref.WeakKeyDictionary[nn.DataParallel, Tuple[str, Optional[str]]]" = weakref.WeakKeyDictionary()
+_device_checks: "weakref.WeakKeyDictionary[nn.DataParallel, Tuple[str, Optional[messages.Said]]]" = weakref.WeakKeyDictionary()
 _unknown_dim_reported: "weakref.WeakSet[nn.DataParallel]" = weakref.WeakSet()
 
 
@@ -334,10 +335,10 @@ def _checked_load_state_dict(self: nn.Module, state_dict: Any, strict: bool = Tr
         expected = _state_dict_keys(self) if prefixed or "module" in self._modules else None
         difference = messages.prefix_mismatch(expected, given) if expected is not None else None
         if difference is not None:
-            message = messages.wrapper_state_dict_prefix(difference, strict)
+            said = messages.wrapper_state_dict_prefix(difference, strict)
             if settings.action == "raise":
-                raise PitfallError("DPL303", message, self)
-            warnings.warn(PitfallWarning("DPL303", message, self), stacklevel=2)
+                raise PitfallError("DPL303", said, self)
+            warnings.warn(PitfallWarning("DPL303", said, self), stacklevel=2)
     return _original(nn.Module, "load_state_dict")(self, state_dict, strict, *args, **kwargs)
 
 
@@ -484,15 +485,15 @@ class _Call:
         self.device_ids: List[Any] = list(wrapper.device_ids)
 
     def report(
-        self, code: str, message: str, advice: bool = False, cause: Optional[BaseException] = None, line: Optional[Line] = None
+        self, code: str, said: messages.Said, advice: bool = False, cause: Optional[BaseException] = None, line: Optional[Line] = None
     ) -> None:
         if code in self.settings.ignore:
             return
         if not advice and code not in ADVICE and self.settings.action == "raise":
             if cause is not None:
-                raise PitfallError(code, message, self.module, line) from cause
-            raise PitfallError(code, message, self.module, line)
-        warning = PitfallWarning(code, message, self.module, line)
+                raise PitfallError(code, said, self.module, line) from cause
+            raise PitfallError(code, said, self.module, line)
+        warning = PitfallWarning(code, said, self.module, line)
         if warning.filename is None:
             warnings.warn(warning, stacklevel=3)
         else:  # point at the module's forward, not at dplint's frames
@@ -570,14 +571,14 @@ class _Call:
         cached = _device_checks.get(self.wrapper)
         key = f"{_generation[0]}:{expected}"
         if cached is not None and cached[0] == key:
-            message = cached[1]
+            said = cached[1]
         else:
             named = chain(self.module.named_parameters(), self.module.named_buffers())
             offenders = [(name, str(t.device)) for name, t in named if t.device != expected]
-            message = messages.module_off_primary_device(offenders, str(expected)) if offenders else None
-            _device_checks[self.wrapper] = (key, message)
-        if message is not None:
-            self.report("DPL103", message)
+            said = messages.module_off_primary_device(offenders, str(expected)) if offenders else None
+            _device_checks[self.wrapper] = (key, said)
+        if said is not None:
+            self.report("DPL103", said)
 
     def chunk_sizes(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[List[int]]:
         """How the batch splits: the sizes of the first input tensor's chunks along `dim`."""
@@ -666,11 +667,11 @@ class _Call:
             if len(set(sizes)) == 1:
                 gathered = list(tensors[0].shape)
                 gathered[self.dim] = sum(t.size(self.dim) for t in tensors)
-                message = messages.batch_dim_moved(where, shapes[0], gathered, sum(sizes), self.dim, moved_to)
+                said = messages.batch_dim_moved(where, shapes[0], gathered, sum(sizes), self.dim, moved_to)
             else:
-                message = messages.batch_dim_moved_uneven(where, shapes, sizes, self.dim, moved_to)
+                said = messages.batch_dim_moved_uneven(where, shapes, sizes, self.dim, moved_to)
                 refused[where] = moved_to
-            self.report("DPL301", message)
+            self.report("DPL301", said)
         return refused
 
     def gather_as_a_single_device_would(self, outputs: List[Any], output_device: Any, refused: Dict[str, int]) -> Any:

@@ -42,6 +42,7 @@ class RankFailure:
     where: str
     traceback: str = ""
     code: Optional[str] = None  # set for a pitfall (a DistributedPitfall, a DataParallel PitfallError); `message` is then its own
+    help: str = ""  # a DataParallel pitfall's help line (a DDP pitfall's is its code's)
     time: float = 0.0
 
     def describe(self, alone: bool = False) -> str:

@@ -100,7 +100,7 @@ class Outcome:
             return list(self.findings)
         from dplint.runtime.findings import runtime_finding
 
-        return [runtime_finding(failure.code, failure.message, failure.where, (failure.rank,)), *self.findings]
+        return [runtime_finding(failure.code, failure.message, failure.where, (failure.rank,), failure.help), *self.findings]
 
     def error(self) -> Optional[LaunchError]:
         if self.failures:

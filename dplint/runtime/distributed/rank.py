@@ -129,7 +129,7 @@ def _publish_failure(channel: Any, error: BaseException) -> None:
     if pitfall:
         failure.message = pitfall.message
     elif _is_dataparallel_pitfall(error):  # `dplint run --devices`: a DataParallel check stopped the script
-        failure.code, failure.message = error.code, error.message  # type: ignore[attr-defined]
+        failure.code, failure.message, failure.help = error.code, error.message, error.help  # type: ignore[attr-defined]
         finding = error.finding  # type: ignore[attr-defined]
         if finding is not None:
             failure.where = where = f"{finding.path}:{finding.location.row}"
