@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 import pytest
@@ -238,12 +237,10 @@ def _pitfall(excinfo: Optional[pytest.ExceptionInfo]) -> Any:
 
 def _inside_the_machinery(entry: Any) -> bool:
     """Frames of torch's module calls and of dplint's runtime: not what the user wrote."""
-    import torch
-
-    from dplint import runtime
+    from dplint.runtime.origins import dplint_code, torch_code
 
     path = str(entry.path)
-    return any(path.startswith(str(Path(package.__file__).parent)) for package in (torch, runtime))
+    return torch_code(path) or dplint_code(path)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -927,6 +927,21 @@ def test_an_error_a_wrapper_catches_before_exiting_is_reported_at_the_users_line
     assert f"dplint run: rank 1 failed at {line_in(script, '# rank 1 fails')}: ValueError: no such shard\n" in capsys.readouterr().err
 
 
+def test_an_error_raised_in_pythons_own_modules_is_reported_at_the_users_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "read_config.py"
+    script.write_text(
+        "import json\nimport torch.distributed as dist\n\n"
+        "dist.init_process_group('gloo')\n"
+        "config = json.loads('{' if dist.get_rank() == 1 else '{}')  # rank 1 reads a broken file\n"
+    )
+    assert run_main(["--timeout", str(TIMEOUT), str(script)]) == 1
+    said = capsys.readouterr().err  # json/decoder.py raised it; the line to look at is the script's
+    assert "dplint run: rank 1 failed at read_config.py:5: JSONDecodeError: Expecting property name" in said
+
+
 def test_an_error_hydra_catches_is_reported_at_the_users_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     pytest.importorskip("hydra")
     monkeypatch.chdir(tmp_path)  # hydra writes its outputs/ folder here

@@ -16,23 +16,17 @@ import os
 from types import TracebackType
 from typing import Iterable, List, Optional, Set
 
-import dplint
+from dplint.runtime.origins import dplint_code
 
-PACKAGE = os.path.dirname(os.path.abspath(dplint.__file__)) + os.sep
 # The simulation of DataParallel's steps does what torch's code does; its errors are torch's.
 SIMULATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "simulation.py")
-
-
-def own(filename: str) -> bool:
-    """Whether a frame of this file is dplint's."""
-    return os.path.abspath(filename).startswith(PACKAGE)
 
 
 def without_own_frames(tb: Optional[TracebackType]) -> Optional[TracebackType]:
     """The traceback with dplint's entries unlinked (in place): its first kept entry, or None."""
     kept: List[TracebackType] = []
     while tb is not None:
-        if not own(tb.tb_frame.f_code.co_filename):
+        if not dplint_code(tb.tb_frame.f_code.co_filename):
             kept.append(tb)
         tb = tb.tb_next
     for entry, following in zip(kept, kept[1:]):
@@ -51,7 +45,7 @@ def raised_by_dplint(error: BaseException, findings: Iterable[type]) -> bool:
     while tb.tb_next is not None:
         tb = tb.tb_next
     filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
-    return own(filename) and filename != SIMULATION
+    return dplint_code(filename) and filename != SIMULATION
 
 
 def hide_own_frames(error: BaseException, findings: Iterable[type]) -> None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import sysconfig
 import sys
 import time
 from datetime import timedelta
 from typing import Any, Dict, List, Optional
+
+from dplint.runtime.origins import installed_code, user_code
 
 PREFIX = "dplint/"
 
@@ -51,31 +52,8 @@ def sites_key(rank: int) -> str:
     return f"{PREFIX}sites/{rank}"
 
 
-_TORCH_DIR: Optional[str] = None
-# All of dplint (this file is dplint/runtime/distributed/channel.py): its GPU emulation places tensors
-# on behalf of the user's line too.
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-
-
-# Python's own modules (multiprocessing, runpy) run the user's code, they are not it.
-_STDLIB_DIRS = tuple({os.path.join(sysconfig.get_paths()[name], "") for name in ("stdlib", "platstdlib")})
-# Installed packages (site-packages): a save helper's caller there is a framework's, not where a guard goes.
-_INSTALLED_DIRS = tuple({os.path.join(sysconfig.get_paths()[name], "") for name in ("purelib", "platlib")})
-
-
-def _is_user_code(filename: str) -> bool:
-    global _TORCH_DIR
-    if _TORCH_DIR is None:
-        import torch
-
-        _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-    return not (
-        filename.startswith((_TORCH_DIR, _OWN_DIR, "<")) or (filename.startswith(_STDLIB_DIRS) and not filename.startswith(_INSTALLED_DIRS))
-    )
-
-
 def _user_frame(frame: Any) -> Any:
-    while frame is not None and not _is_user_code(frame.f_code.co_filename):
+    while frame is not None and not user_code(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
 
@@ -98,7 +76,7 @@ def guard_site(depth: int = 2) -> str:
     frame = _user_frame(sys._getframe(depth))
     while frame is not None and any(word in frame.f_code.co_name.lower() for word in _SAVE_HELPER):
         caller = _user_frame(frame.f_back)
-        if caller is None or caller.f_code.co_filename.startswith(_INSTALLED_DIRS):
+        if caller is None or installed_code(caller.f_code.co_filename):
             break
         frame = caller
     return _site(frame)

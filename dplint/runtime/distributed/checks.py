@@ -27,10 +27,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader, DistributedSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
-from dplint.runtime.distributed.channel import Channel, _is_user_code, display_path, guard_site, user_site
+from dplint.runtime.distributed.channel import Channel, display_path, guard_site, user_site
 from dplint.runtime.distributed.errors import DistributedPitfall, PeerFailed, SetupError
 from dplint.runtime.distributed.launcher import ALL_CHECKS
 from dplint.runtime import devices
+from dplint.runtime.origins import user_code
 
 COLLECTIVES = (
     "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all", "all_to_all_single",
@@ -362,7 +363,7 @@ def explained(error: BaseException) -> BaseException:
     rank = _active
     if rank is None or not rank.none_results or not isinstance(error, (TypeError, AttributeError)) or "NoneType" not in str(error):
         return error
-    failing = next((tb for tb in _frames(error.__traceback__) if _is_user_code(tb.tb_frame.f_code.co_filename)), None)
+    failing = next((tb for tb in _frames(error.__traceback__) if user_code(tb.tb_frame.f_code.co_filename)), None)
     if failing is None:
         return error
     filename = failing.tb_frame.f_code.co_filename

@@ -51,16 +51,12 @@ def _become_rank(environment: Dict[str, str], launcher: int) -> None:
 
 
 def _where(error: BaseException) -> str:
-    from dplint.runtime.distributed.channel import _OWN_DIR, display_path
+    from dplint.runtime.distributed.channel import display_path
+    from dplint.runtime.origins import user_code
 
-    import torch
-
-    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-    frames = traceback.extract_tb(error.__traceback__)
-    for frame in reversed(frames):
-        if not (frame.filename.startswith(torch_dir) or frame.filename.startswith(_OWN_DIR) or frame.filename.startswith("<")):
-            if os.path.basename(frame.filename) != "runpy.py":
-                return f"{display_path(frame.filename)}:{frame.lineno}"
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        if user_code(frame.filename):
+            return f"{display_path(frame.filename)}:{frame.lineno}"
     return "<unknown>"
 
 
@@ -80,11 +76,11 @@ def _caught_error(exit: SystemExit) -> Optional[BaseException]:
 
 def _print_user_traceback(error: BaseException) -> None:
     """The traceback as python would print it for the script alone: without dplint's and runpy's frames."""
-    from dplint.runtime.distributed.channel import _OWN_DIR
+    from dplint.runtime.origins import dplint_code
 
     shown = traceback.TracebackException.from_exception(error)
     shown.stack = traceback.StackSummary.from_list(
-        [frame for frame in shown.stack if not frame.filename.startswith(_OWN_DIR) and not frame.filename.startswith("<frozen runpy")]
+        [frame for frame in shown.stack if not dplint_code(frame.filename) and not frame.filename.startswith("<frozen runpy")]
     )
     sys.stderr.write("".join(shown.format()))
 
