@@ -80,10 +80,13 @@ class WrapperAttributeAccess(Rule):
     A wrapper passed in as an argument is followed only when every use of the function in the project
     is a call that passes one, and no file that wraps nothing imports the function's module (its calls
     are not read); an import made inside a function is not seen. A wrapper returned by a method,
-    inside a tuple, or stored in a dict is not followed. Base trainers are matched by class name. Not reported: a read of an attribute the same
-    function set on the name earlier (the wrapper has it then), code after `assert not distributed`
+    inside a tuple, or stored in a dict is not followed. Base trainers are matched by class name.
+    Not reported: a read of an attribute the same function set on the name earlier (the wrapper has it then), code after `assert not distributed`
     when the wrap needed `distributed`, the branch where `isinstance(m, DataParallel)` is false, and a
     method that only `__init__` calls before it wraps (when the file calls it nowhere else).
+    A function that returns a wrapper only under a test of its own parameters (`create_model(opt)`
+    wrapping `if opt.isTrain:`) leaves the wrap to each caller's argument, which is not evaluated:
+    its calls are not taken to hold a wrapper.
     """
 
     code = "DPL302"
@@ -204,7 +207,7 @@ class WrapperAttributeAccess(Rule):
             """
             import torch.nn as nn
             model = nn.DataParallel(model)
-            logits = model.classifier(features)
+            logits = model.fc(features)
             """,
             line=3,
         ),
@@ -260,17 +263,18 @@ class WrapperAttributeAccess(Rule):
         ),
         Invalid(
             """
+            import torch
             import torch.nn as nn
 
-            def build(model, ngpu):
-                if ngpu > 1:
+            def build(model):
+                if torch.cuda.device_count() > 1:
                     model = nn.DataParallel(model)
                 return model.cuda()
 
-            model = build(Net(), args.ngpu)
-            logits = model.classifier(features)
+            model = build(Net())
+            logits = model.fc(features)
             """,
-            line=9,
+            line=10,
         ),
     ]
 

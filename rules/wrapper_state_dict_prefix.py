@@ -52,7 +52,8 @@ class WrapperStateDictPrefix(Rule):
     (`model = build_model(args)`, also from another file), an object whose class wraps `self.model` in
     `__init__` (`trainer.model.state_dict()`), an element of a list of wrappers, and a parameter of a
     top-level function to which every call in the project passes a wrapper (`train(model, loader)` in
-    `engine.py`, called as `train(nn.DataParallel(net), loader)` from `main.py`). Also checks for
+    `engine.py`, called as `train(nn.DataParallel(net), loader)` from `main.py`), and a module-level
+    wrapper that a top-level function reads, where the module's own statements are its only callers. Also checks for
     the `module.` prefix stripped by hand: `k[7:]`, `k[len("module."):]`, `k.replace("module.", "")`
     (or `str.replace(k, "module.", "")`), `k.split("module.", 1)[-1]`, `k.lstrip("module.")`,
     `".".join(k.split(".")[1:])` over a checkpoint's keys, in loops or dict comprehensions, and
@@ -94,9 +95,11 @@ class WrapperStateDictPrefix(Rule):
     A wrapper passed in as an argument is followed only when every use of the function in the project
     is a call that passes one, and no file that wraps nothing imports the function's module (its calls
     are not read); an import made inside a function is not seen. A wrapper returned by a method or
-    inside a tuple is not followed. A save whose
-    branch tells the cases apart (`hasattr(m, "module")`, `isinstance(m, ...)`, a branch reaching
-    `m.module`, the other branch of the wrap's own condition) is taken as handled.
+    inside a tuple is not followed. A save whose branch tells the cases apart (`hasattr(m, "module")`,
+    `isinstance(m, ...)`, a branch reaching `m.module`, the other branch of the wrap's own condition)
+    is taken as handled. A function that returns a wrapper only under a test of its own parameters
+    (`create_model(opt)` wrapping `if opt.isTrain:`) leaves the wrap to each caller's argument, which
+    is not evaluated: its calls are not taken to hold a wrapper.
     """
 
     code = "DPL303"
@@ -261,6 +264,23 @@ class WrapperStateDictPrefix(Rule):
             import torch
             import torch.nn as nn
 
+            net = Net().to(device)
+            if device == "cuda":
+                net = nn.DataParallel(net)
+
+            def test(epoch):
+                torch.save({"net": net.state_dict(), "epoch": epoch}, "ckpt.pth")
+
+            for epoch in range(200):
+                test(epoch)
+            """,
+            line=9,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
             def train(model, loader, path):
                 torch.save(model.state_dict(), path)
 
@@ -413,6 +433,8 @@ _STRIP_HELP = 'Use `consume_prefix_in_state_dict_if_present(state_dict, "module.
 
 # A test that the key carries the prefix: `k.startswith("module.")`, `k[:7] == "module."`.
 _GUARD = re.compile(r"""(?:startswith\(\s*|\[\s*:\s*(?:7|len\([^)]*\))\s*\]\s*==\s*)["'](?P<prefix>module[^"']*)["']""")
+# The stripped key kept only where the model has it: `{k[7:]: v for k, v in sd.items() if k[7:] in own}`.
+_CHECKED_AGAINST_KEYS = re.compile(r"""\[\s*(?:7|len\(\s*["']module\.["']\s*\))\s*:\s*\]\s+in\s""")
 
 
 def _strippings(ctx: FileContext, small: cst.CSTNode, context: str) -> Iterator[Tuple[cst.CSTNode, str]]:
@@ -421,16 +443,20 @@ def _strippings(ctx: FileContext, small: cst.CSTNode, context: str) -> Iterator[
     text = f"{context} {ctx.code(small)}"
     guard = _GUARD.search(text)
     in_state_dict = guard is not None or _STATE_DICT_CONTEXT.search(text) is not None
+    said: Set[Tuple[str, Optional[str]]] = set()  # one finding per statement for each problem (`{k[7:]: v ... if k[7:] in own}`)
     for node, kind, prefix in collector.found:
+        if (kind, prefix) in said:
+            continue
+        said.add((kind, prefix))
         code = ctx.short_code(node, 40)
         if (prefix is None or prefix in _WEAK_PREFIXES) and not in_state_dict:
             continue  # `line[7:]`, `name.replace("module", "")` outside a state dict's keys
         if prefix not in ("module.", None):
             yield node, f'`{code}` does not strip the wrapper\'s prefix, which is `"module."`, not `"{prefix}"`.'
         elif kind == "slice":
-            if guard is None:
+            if guard is None and _CHECKED_AGAINST_KEYS.search(text) is None:
                 yield node, f"`{code}` cuts 7 characters off every key, with or without the `module.` prefix."
-            elif guard["prefix"] not in ("module.", "module"):  # a guarded strip that works is left alone
+            elif guard is not None and guard["prefix"] not in ("module.", "module"):  # a guarded strip that works is left alone
                 yield node, f'`{code}` never runs on a wrapper\'s keys: the guard tests `"{guard["prefix"]}"`, not `"module."`.'
         elif kind == "replace":
             yield node, f"`{code}` also rewrites keys that contain `module.` further in (`submodule.`)."

@@ -599,6 +599,18 @@ def test_class_scan_reads_bases_and_forward_by_indentation():
 
 
 DPL302_CASES = {
+    "a module-level wrapper read in a function that the module calls after the wrap": (
+        """
+        import torch.nn as nn
+        net = nn.DataParallel(Net())
+
+        def show():
+            print(net.fc)
+
+        show()
+        """,
+        [(5, "DPL302")],
+    ),
     "a name rebound inside a branch is no longer known to be the wrapper": (
         """
         import torch.nn as nn
@@ -883,8 +895,57 @@ DPL303_CASES = {
         e = {k.replace("modules.", ""): v for k, v in state.items()}
         f = {(k[7:] if k.startswith("modules.") else k): v for k, v in state.items()}
         g = {(k[7:] if k[:7] == "module." else k): v for k, v in state.items()}
+        h = {k[7:]: v for k, v in state.items() if k[7:] in model.state_dict()}
+        i = {k[7:]: v for k, v in state.items() if len(k[7:]) > 0}
         """,
-        [(4, "DPL303"), (5, "DPL303"), (6, "DPL303"), (7, "DPL303"), (13, "DPL303"), (14, "DPL303")],
+        [(4, "DPL303"), (5, "DPL303"), (6, "DPL303"), (7, "DPL303"), (13, "DPL303"), (14, "DPL303"), (17, "DPL303")],
+    ),
+    "a module-level wrapper a function reads when the module calls it": (
+        """
+        import torch
+        import torch.nn as nn
+
+        net = Net()
+        if torch.cuda.is_available():
+            net = nn.DataParallel(net)
+
+        def test(epoch):
+            global best
+            torch.save({"net": net.state_dict(), "epoch": epoch}, "ckpt.pth")
+
+        for epoch in range(3):
+            test(epoch)
+        """,
+        [(10, "DPL303")],
+    ),
+    "a module-level name a function binds itself, reads before the wrap, or that has other callers": (
+        """
+        import torch
+        import torch.nn as nn
+
+        net = Net()
+
+        def export(net):
+            torch.save(net.state_dict(), "plain.pt")
+
+        def early():
+            torch.save(net.state_dict(), "early.pt")
+
+        def callback():
+            torch.save(net.state_dict(), "hook.pt")
+
+        def rebinds():
+            net = Net()
+            torch.save(net.state_dict(), "own.pt")
+
+        early()
+        net = nn.DataParallel(net)
+        export(net.module)
+        callback()
+        register(callback)
+        rebinds()
+        """,
+        [],
     ),
     "a parameter every call passes a wrapper (possibly) holds one": (
         """
@@ -1277,16 +1338,31 @@ WRAP_FORMS_CASES = {
         """
         import torch
         import torch.nn as nn
-        def build(args):
+        def build():
             model = Net()
-            if args.ngpu > 1:
+            if torch.cuda.device_count() > 1:
                 model = nn.DataParallel(model)
             return model
-        model = build(args)
+        model = build()
         model.fc
         torch.save(model.state_dict(), "m.pt")
         """,
         [(9, "DPL302"), (10, "DPL303")],
+    ),
+    "DPL302/303: a wrap that the function decides by its own parameter is each caller's, unknown here": (
+        """
+        import torch
+        import torch.nn as nn
+        def create_model(opt):
+            model = Net()
+            if opt.isTrain and len(opt.gpu_ids) > 1:
+                model = nn.DataParallel(model, device_ids=opt.gpu_ids)
+            return model
+        model = create_model(test_options)
+        model.inference(x)
+        torch.save(model.state_dict(), "m.pt")
+        """,
+        [],
     ),
     "DPL302: a function that unwraps before returning returns the plain model": (
         """

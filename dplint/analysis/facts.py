@@ -1012,18 +1012,23 @@ def scan_returned_wraps(tree: ast.Module, text: str, qualify, path: str) -> Tupl
 
         _walk_conditions(function.body, (), visit)
         handled = _names_told_apart(function)
+        arguments = function.args
+        parameters = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
         for statement, conditions in returns:
             value = statement.value
             wrap = _ast_wrap_in(value, qualify)
             if wrap is not None:
-                found.append(ReturnedWrap(function.name, wrap[0], path, value.lineno, _condition_texts(text, (*conditions, *wrap[1]))))
-                break
-            while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in MODULE_RETURNING_METHODS:
-                value = value.func.value  # `return model.cuda()`: the same object
-            if isinstance(value, ast.Name) and value.id in wraps and value.id not in handled:
+                wrapper, line, wrapped_under = wrap[0], value.lineno, (*conditions, *wrap[1])
+            else:
+                while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in MODULE_RETURNING_METHODS:
+                    value = value.func.value  # `return model.cuda()`: the same object
+                if not (isinstance(value, ast.Name) and value.id in wraps and value.id not in handled):
+                    continue
                 wrapper, line, wrapped_under = wraps[value.id]
+            # `if opt.isTrain:` decides per call, on what each caller passes, which is not followed: unknown.
+            if not any(isinstance(node, ast.Name) and node.id in parameters for test, _ in wrapped_under for node in ast.walk(test)):
                 found.append(ReturnedWrap(function.name, wrapper, path, line, _condition_texts(text, wrapped_under)))
-                break
+            break
     return tuple(found)
 
 

@@ -709,6 +709,12 @@ class Inference:
                 if isinstance(statement, cst.FunctionDef) and statement.name.value == "forward":
                     yield class_name, statement, self._scope_of_function[statement], wraps
 
+    def local_names(self, function: cst.FunctionDef) -> FrozenSet[str]:
+        """The names `function` binds itself (parameters, assignments, imports; a `global` declaration
+        counts too): every other name it reads is its enclosing scope's."""
+        scope = self._scope_of_function.get(function)
+        return frozenset(scope.bindings) if scope is not None else frozenset()
+
     def replicated_classes(self) -> Dict[str, Tuple[Wrap, Optional[str]]]:
         """Classes of this file whose `forward` runs on DataParallel replicas: the wrapped ones, and the
         classes they build as submodules (`self.rnn = nn.Sequential(BidirectionalLSTM(...))`), transitively.

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Dict, FrozenSet, Generator, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Generator, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from dplint.analysis.facts import ATTRIBUTE_WRAPPERS, MODULE_RETURNING_METHODS
+from dplint.analysis.inference import Inference
 from dplint.analysis.names import Body, block_body, child_blocks, descendants, dotted, iter_small_statements, run_visitor
 from dplint.context import FileContext
 
@@ -523,7 +524,13 @@ def scopes(ctx: FileContext) -> List[List[Point]]:
 
 def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
     flow = WrapFlow(ctx)
-    yield flow.points(ctx.module.body)
+    module_points = list(flow.points(ctx.module.body))
+    yield module_points
+    module_calls: Dict[str, List[Point]] = {}  # the module's statements that call each name
+    for point in module_points:
+        for node in descendants(point.statement):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
+                module_calls.setdefault(node.func.value, []).append(point)
     classes = {s.name.value: s for s in _all_classes(ctx.module.body)}
     own: Dict[str, Dict[str, FrozenSet[WrapSite]]] = {}
 
@@ -552,7 +559,11 @@ def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
             if isinstance(statement, cst.ClassDef):
                 yield from walk(block_body(statement.body), statement)
             elif isinstance(statement, cst.FunctionDef):
-                initial: Dict[str, FrozenSet[WrapSite]] = parameter_wraps(ctx, statement) if top else {}
+                initial: Dict[str, FrozenSet[WrapSite]] = (
+                    {**global_wraps(ctx, statement, module_calls.get(statement.name.value, [])), **parameter_wraps(ctx, statement)}
+                    if top
+                    else {}
+                )
                 self_name = method_self(statement) if cls is not None else None
                 if cls is not None and self_name is not None and statement.name.value not in early:
                     initial = method_initial_state(
@@ -565,6 +576,25 @@ def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
                     yield from walk(block, None)
 
     yield from walk(ctx.module.body, None, top=True)
+
+
+def global_wraps(ctx: FileContext, function: cst.FunctionDef, calls: Sequence[Point]) -> Dict[str, FrozenSet[WrapSite]]:
+    """The module's names that may hold a wrapper when the top-level `function` runs (`net` wrapped at
+    module level, saved in `def test(epoch):`): at each of `calls`, the module's statements that call
+    it, what the module's flow says there. Only when those calls are its only uses, here or in another
+    file, and for the names the function does not bind itself."""
+    name = function.name.value
+    if function.decorators:
+        return {}
+    if not calls or _name_counts(ctx).get(name, 0) != 1 + len(calls) or ctx.project.calls_from_other_files(ctx.filename, name) != ():
+        return {}
+    local = Inference.of(ctx).local_names(function)
+    state: Dict[str, FrozenSet[WrapSite]] = {}
+    for point in calls:
+        for held, sites in point.wrapped.items():
+            if held.removesuffix("[]").isidentifier() and held.removesuffix("[]") not in local:
+                state[held] = state.get(held, frozenset()) | sites
+    return state
 
 
 def parameter_wraps(ctx: FileContext, function: cst.FunctionDef) -> Dict[str, FrozenSet[WrapSite]]:
