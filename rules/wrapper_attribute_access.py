@@ -6,6 +6,7 @@ from typing import Dict, FrozenSet, Iterator, List, Mapping, Sequence, Set, Tupl
 import libcst as cst
 
 from dplint.analysis.facts import ProjectFacts
+from dplint.analysis.inference import Inference
 from dplint.analysis.names import run_visitor
 from dplint.analysis.wrapping import WrapSite, describe, handled_names, holder, scopes
 from dplint.analysis.patterns import GuardedPattern
@@ -42,7 +43,9 @@ class WrapperAttributeAccess(Rule):
     ## What it does
     Checks for attributes read or set on a name that may hold a `DataParallel` or
     `DistributedDataParallel` wrapper: `model.fc`, `model.encode(x)`, `model.flag = True` after
-    `model = nn.DataParallel(model)`. A wrap on some path counts (`if torch.cuda.device_count() > 1:`,
+    `model = nn.DataParallel(model)`; a set only where the wrapped model is a class of the file whose
+    methods read that attribute (yolov5's `model.nc = nc`, which the code reads back from the same
+    wrapper, is left alone). A wrap on some path counts (`if torch.cuda.device_count() > 1:`,
     `if args.multi_gpu:`), as do wraps with `.cuda()`/`.to(device)` chained on them, and
     `self.model = DataParallel(self.model)` in one method (or in a base trainer, also in another file
     of the project) seen from the class's other methods. A wrap is followed into the calls that return
@@ -190,19 +193,18 @@ class WrapperAttributeAccess(Rule):
                     return net.get_flops(x)
             """
         ),
-    ]
-    INVALID = [
-        Invalid(
+        Valid(
             """
             import torch
-            # yolov5: the set lands on the wrapper; reading it back from the same object then works.
+            # yolov5: the model never reads `class_weights`; the code reads it back from the same object.
             if cuda and RANK == -1 and torch.cuda.device_count() > 1:
                 model = torch.nn.DataParallel(model)
             model.class_weights = labels_to_class_weights(dataset.labels, nc)
             weights = model.class_weights.cpu().numpy()
-            """,
-            line=5,
+            """
         ),
+    ]
+    INVALID = [
         Invalid(
             """
             import torch.nn as nn
@@ -213,14 +215,16 @@ class WrapperAttributeAccess(Rule):
         ),
         Invalid(
             """
-            from torch.nn.parallel import DistributedDataParallel as DDP
+            import torch.nn as nn
 
-            def setup(model, rank):
-                model = DDP(model, device_ids=[rank])
-                model.use_checkpointing = True
-                return model
+            class Encoder(nn.Module):
+                def forward(self, x):
+                    return checkpoint(self.layers, x) if self.use_checkpointing else self.layers(x)
+
+            model = nn.DataParallel(Encoder())
+            model.use_checkpointing = True
             """,
-            line=5,
+            line=8,
         ),
         Invalid(
             """
@@ -317,6 +321,8 @@ class WrapperAttributeAccess(Rule):
                 continue
             if sets and isinstance(small, (cst.Assign, cst.AnnAssign)):
                 set_on_wrapper.add((owner, name))
+            if sets and not _model_reads(ctx, wrapped[owner], name):
+                continue  # the model never looks for it (yolov5's `model.nc = nc`, read back from the wrapper)
             wrapper, where, unconditional = describe(wrapped[owner], ctx)
             shown = ctx.short_code(attribute.value, 30) if owner.endswith("[]") else owner
             if sets:
@@ -330,6 +336,18 @@ class WrapperAttributeAccess(Rule):
                 help=f"Use `{shown}.module.{name}`, or `getattr({shown}, \"module\", {shown}).{name}` where the wrap is conditional.",
                 statement=small,
             )
+
+
+def _model_reads(ctx: FileContext, sites: FrozenSet[WrapSite], name: str) -> bool:
+    """Whether a model these wraps hold reads `self.<name>`: a class of this file, wrapped here, whose
+    methods read it; an attribute set on its wrapper is then one the model never sees."""
+    inference = Inference.of(ctx)
+    lines = {site.line_in(ctx) for site in sites if not site.path}
+    return any(
+        wrap.filename == ctx.filename and wrap.line in lines and name in inference.self_reads(class_name)
+        for class_name, wraps in ctx.project.wrapped.items()
+        for wrap in wraps
+    )
 
 
 class _AttributeCollector(cst.CSTVisitor):

@@ -599,6 +599,30 @@ def test_class_scan_reads_bases_and_forward_by_indentation():
 
 
 DPL302_CASES = {
+    "an attribute set on the wrapper matters only to a model whose methods read it": (
+        """
+        import torch.nn as nn
+
+        class Net(nn.Module):
+            def forward(self, x):
+                self.calls = 1
+                return self.fc(x) if self.training_mode else x
+
+        class Base(nn.Module):
+            def forward(self, x):
+                return x * self.scale
+
+        class Scaled(Base):
+            pass
+
+        a = nn.DataParallel(Net())
+        a.calls = 0
+        a.training_mode = True
+        b = nn.DataParallel(Scaled())
+        b.scale = 2.0
+        """,
+        [(17, "DPL302"), (19, "DPL302")],
+    ),
     "a module-level wrapper read in a function that the module calls after the wrap": (
         """
         import torch.nn as nn

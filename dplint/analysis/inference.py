@@ -709,6 +709,33 @@ class Inference:
                 if isinstance(statement, cst.FunctionDef) and statement.name.value == "forward":
                     yield class_name, statement, self._scope_of_function[statement], wraps
 
+    def self_reads(self, class_name: str, seen: FrozenSet[str] = frozenset()) -> FrozenSet[str]:
+        """The attributes that the methods of this file's class `class_name` read from `self`, its
+        bases' of this file included (a store alone is no read; `self.steps += 1` is one)."""
+        model = self.classes.get(class_name)
+        if model is None or class_name in seen:
+            return frozenset()
+        read: Set[str] = set()
+        for function, scope in model.methods.values():
+            stored = set()
+            for node in descendants(function):
+                if isinstance(node, cst.Assign):
+                    stored.update(id(target.target) for target in node.targets)
+                elif isinstance(node, cst.AnnAssign):
+                    stored.add(id(node.target))
+                elif (
+                    isinstance(node, cst.Attribute)
+                    and isinstance(node.value, cst.Name)
+                    and node.value.value == scope.self_name
+                    and id(node) not in stored
+                ):
+                    read.add(node.attr.value)
+        for base in model.node.bases:
+            name = dotted(base.value)
+            if name is not None:
+                read |= self.self_reads(name, seen | {class_name})
+        return frozenset(read)
+
     def local_names(self, function: cst.FunctionDef) -> FrozenSet[str]:
         """The names `function` binds itself (parameters, assignments, imports; a `global` declaration
         counts too): every other name it reads is its enclosing scope's."""
