@@ -8,7 +8,7 @@ from dplint.analysis.facts import scan_distributed
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.analysis.ddp import calls_in, program_or_file
+from dplint.analysis.ddp import calls_in, in_distributed_program, program_or_file
 
 
 class LocalRankArgument(Rule):
@@ -39,7 +39,9 @@ class LocalRankArgument(Rule):
     `parser.add_argument("--local-rank", "--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))`.
 
     ## Known problems
-    Any mention of `"LOCAL_RANK"` in the project counts as reading it. The argument must be read
+    Only a file of a program that starts a process group (or wraps a model in DDP) is checked: a
+    one-process script that takes `--local_rank` for its device has no ranks. Any mention of
+    `"LOCAL_RANK"` in the project counts as reading it. The argument must be read
     (`args.local_rank`, `para["local_rank"]`) somewhere in the program, and the program must have no
     other source of the local rank: an overwrite of `.local_rank`, a fallback (`args.local_rank or
     ...`), a rank modulo `torch.cuda.device_count()`, `mp.spawn`'s process index, or the DeepSpeed
@@ -116,6 +118,15 @@ class LocalRankArgument(Rule):
             torch.cuda.set_device(args.local_rank)
             """
         ),
+        Valid(
+            """
+            import argparse
+            parser = argparse.ArgumentParser()  # a one-process demo: no process group, no ranks
+            parser.add_argument("--local_rank", type=int, default=0)
+            args = parser.parse_args()
+            model = get_model(args.model, local_rank=args.local_rank).to("cuda")
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -125,6 +136,7 @@ class LocalRankArgument(Rule):
             parser.add_argument("--local_rank", type=int, default=0)
             args = parser.parse_args()
             torch.cuda.set_device(args.local_rank)
+            torch.distributed.init_process_group("nccl")
             """,
             line=3,
         ),
@@ -147,6 +159,7 @@ class LocalRankArgument(Rule):
         Invalid(
             """
             from argparse import ArgumentParser
+            from torch.nn.parallel import DistributedDataParallel
             p = ArgumentParser()
             p.add_argument("--epochs", type=int)
             p.add_argument(
@@ -155,14 +168,15 @@ class LocalRankArgument(Rule):
             )
             para = vars(p.parse_args())
             device = f"cuda:{para['local_rank']}"
+            model = DistributedDataParallel(model.to(device), device_ids=[device])
             """,
-            line=4,
+            line=5,
         ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        if program_or_file(ctx).reads_local_rank_env or not _only_source_read(ctx):
-            return
+        if not in_distributed_program(ctx) or program_or_file(ctx).reads_local_rank_env or not _only_source_read(ctx):
+            return  # a script that starts no process group has no ranks: its `--local_rank` picks a device
         for call in calls_in(ctx.module):
             if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"):
                 continue
