@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Iterator, Optional
 
 import libcst as cst
 
@@ -25,7 +25,7 @@ class MissingSetDevice(Rule):
     Finds `init_process_group` with the NCCL backend (also `"nccl" if cuda else "gloo"`) in a project
     that never selects the rank's own GPU: no `torch.cuda.set_device(...)`, no
     `init_process_group(device_id=...)`, no `f"cuda:{local_rank}"`, `torch.device("cuda", rank)`,
-    `.cuda(local_rank)`, `.to(rank)` or `device_ids=[local_rank]` anywhere in the project.
+    `.cuda(local_rank)`, `.to(rank)` or `device_ids=[gpu_id]` anywhere in the project.
 
     ## Why is this bad?
     Without a selected device, every rank's bare `.cuda()`, `"cuda"` tensors, NCCL barriers and
@@ -48,13 +48,16 @@ class MissingSetDevice(Rule):
     ```
 
     ## Known problems
-    Any one of these selections anywhere in the project silences the rule, even in another program.
+    Any one of these selections anywhere in the project silences the rule, even in another program;
+    so does a per-rank `CUDA_VISIBLE_DEVICES` set in the program. A program that places nothing on a
+    GPU itself (a launcher's smoke test) and a group of one process (`world_size=1`) are not reported.
+    A per-rank `CUDA_VISIBLE_DEVICES` exported by a launch script is not seen.
     """
 
     code = "DPL508"
     preview = True
     preview_reason = (
-        "Measured 0.00: ranks that place every tensor with their local rank explicitly (`.to(gpu_id)`), or that see one GPU each, are reported."
+        "Measured 0.00 on 2 findings: ranks that each see one GPU through a launch script's `CUDA_VISIBLE_DEVICES` are reported."
     )
     name = "missing-set-device"
     summary = "An NCCL process group whose ranks never select their own GPU: every rank piles onto GPU 0."
@@ -88,6 +91,44 @@ class MissingSetDevice(Rule):
             model = DDP(net.to(rank), device_ids=[rank])
             """
         ),
+        Valid(
+            """
+            import os
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            class Trainer:
+                def __init__(self, model):
+                    dist.init_process_group(backend="nccl")
+                    self.gpu_id = int(os.environ["GPU"])
+                    self.model = DDP(model.to(self.gpu_id), device_ids=[self.gpu_id])
+            """
+        ),
+        Valid(
+            """
+            import os
+            import torch.distributed as dist
+            from mpi4py import MPI
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(MPI.COMM_WORLD.Get_rank() % 8)  # one GPU per rank
+            dist.init_process_group("nccl")
+            model = Net().cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch.distributed as dist
+            dist.init_process_group("nccl")  # a launcher smoke test: nothing goes on a GPU
+            print(dist.get_rank(), dist.get_world_size())
+            dist.destroy_process_group()
+            """
+        ),
+        Valid(
+            """
+            import torch.distributed as dist
+            dist.init_process_group("nccl", "tcp://localhost:10638", world_size=1, rank=0)
+            model = FSDP(Net().cuda(), cpu_offload=CPUOffload(offload_params=True))
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -106,6 +147,7 @@ class MissingSetDevice(Rule):
             def setup():
                 backend = "nccl" if torch.cuda.is_available() else "gloo"
                 torch.distributed.init_process_group(backend=backend, init_method="env://")
+                return torch.zeros(1, device="cuda")
             """,
             line=5,
         ),
@@ -121,16 +163,26 @@ class MissingSetDevice(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        if program_or_file(ctx).selects_device:
-            return
+        facts = program_or_file(ctx)
+        if facts.selects_device or not facts.places_on_gpu:
+            return  # a launcher's smoke test that only starts the group touches no GPU of its own
         for scope in iter_scopes(ctx.module):
             for call in scope_calls(scope):
-                if ctx.qualify(call.func) in INIT_PROCESS_GROUP and _may_be_nccl(ctx, scope, argument(call, "backend", 0)):
+                if (
+                    ctx.qualify(call.func) in INIT_PROCESS_GROUP
+                    and _may_be_nccl(ctx, scope, argument(call, "backend", 0))
+                    and not _one_process(argument(call, "world_size", 3))
+                ):
                     yield Report(
                         node=call,
                         message="This NCCL process group starts, but no rank selects its own GPU: every rank uses GPU 0.",
                         help='Call `torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))` before initialising.',
                     )
+
+
+def _one_process(world_size: Optional[cst.BaseExpression]) -> bool:
+    """`world_size=1`: a group of one process (FairScale's CPU offloading), for which GPU 0 is right."""
+    return isinstance(world_size, cst.Integer) and world_size.evaluated_value == 1
 
 
 def _may_be_nccl(ctx: FileContext, scope: ScopeInfo, backend) -> bool:

@@ -1589,14 +1589,20 @@ _EPOCH_LOOP = GuardedPattern(r"^[ \t]*(?:async[ \t]+)?(?:for|while)\b[^\n#]*epoc
 # `torch.cuda.set_device(local_rank)`, `init_process_group(device_id=...)`, `f"cuda:{local_rank}"`,
 # `torch.device("cuda", rank)`, `.cuda(local_rank)`, `.to(rank)`: the rank's own GPU is chosen somewhere.
 _SELECTS_DEVICE = GuardedPattern(
-    r"set_device[ \t]*\(|device_id[ \t]*=|cuda:\{|cuda:%|[\"']cuda:[\"'][ \t]*\+|"
-    r"device\([ \t]*[\"']cuda[\"'][ \t]*,|\.(?:cuda|to)\([ \t]*[\w.]*rank\b|device_ids[ \t]*=[ \t]*\[[ \t]*[\w.]*rank\b",
-    ["set_device", "device_id", "cuda", "rank"],
+    r"set_device[ \t]*\(|device_id[ \t]*=|cuda:\{|cuda:%|[\"']cuda:[\"'][ \t]*\+|:\{[\w.]*rank\w*\}|"
+    r"device\([ \t]*[\"']cuda[\"'][ \t]*,|\.(?:cuda|to)\([ \t]*[\w.]*rank\b|"
+    # DDP's device_ids from a variable (`device_ids=[self.gpu_id]`): a literal would be the same GPU everywhere.
+    r"device_ids[ \t]*=[ \t]*\[[ \t]*[A-Za-z_]|"
+    # Each rank sees one GPU of its own (`os.environ["CUDA_VISIBLE_DEVICES"] = str(rank % 8)`).
+    r"CUDA_VISIBLE_DEVICES[\"'][ \t]*\][ \t]*=[^\n]*rank",
+    ["set_device", "device_id", "cuda", "rank", "device_ids", "CUDA_VISIBLE_DEVICES"],
     one_line=True,
 )
 _READS_LOCAL_RANK_ENV = GuardedPattern(r"[\"']LOCAL_RANK[\"']", ["LOCAL_RANK"])
 _SHARDS_EVALUATION = GuardedPattern(r"DistributedSampler\((?:[^()]|\([^()]*\))*\bshuffle[ \t]*=[ \t]*False", ["DistributedSampler"])
 _USES_CUDA = GuardedPattern(r"\.cuda\(|[\"']cuda\b|nccl\b", ["cuda", "nccl"], one_line=True)
+# A tensor or module placed on a GPU by the program itself (the NCCL backend alone places nothing).
+_PLACES_ON_GPU = GuardedPattern(r"\.cuda\(|[\"']cuda\b", ["cuda"], one_line=True)
 _DISTRIBUTED_WORDS = (
     "istributed", "DDP", "FSDP", "fully_shard", "epoch", "LOCAL_RANK", "local_rank", "cuda", "set_device", "spawn",
     "start_processes", "deepspeed", "__main__",
@@ -1617,6 +1623,7 @@ class DistributedFileFacts:
     reads_local_rank_env: bool = False
     shards_evaluation: bool = False  # a DistributedSampler with shuffle=False: evaluation is sharded
     uses_cuda: bool = False
+    places_on_gpu: bool = False
     # The parsed `--local_rank` is read: `args.local_rank` loaded, or `para["local_rank"]`.
     reads_local_rank_argument: bool = False
     # The local rank has a source besides `--local_rank`: see `_local_rank_uses`.
@@ -1664,6 +1671,7 @@ def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
         reads_local_rank_env=_READS_LOCAL_RANK_ENV.search(text) is not None,
         shards_evaluation=_SHARDS_EVALUATION.search(text) is not None,
         uses_cuda=_USES_CUDA.search(text) is not None,
+        places_on_gpu=_PLACES_ON_GPU.search(text) is not None,
     )
     return facts if facts != DistributedFileFacts() else None
 
@@ -1845,6 +1853,7 @@ class DistributedProgram:
     wraps_model: bool = False
     shards_evaluation: bool = False
     uses_cuda: bool = False
+    places_on_gpu: bool = False
     reads_local_rank_argument: bool = False
     other_local_rank_source: bool = False
 
@@ -1861,6 +1870,7 @@ class DistributedProgram:
             wraps_model=any(f.wraps_model for f in facts),
             shards_evaluation=any(f.shards_evaluation for f in facts),
             uses_cuda=any(f.uses_cuda for f in facts),
+            places_on_gpu=any(f.places_on_gpu for f in facts),
             reads_local_rank_argument=any(f.reads_local_rank_argument for f in facts),
             other_local_rank_source=any(f.other_local_rank_source for f in facts),
         )
