@@ -104,7 +104,7 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
 def collectives_of(ctx: FileContext, callees: _Callees, scope: ScopeInfo, block: Body) -> List[Collective]:
     """The collectives a block runs, one call level deep into the file's own functions."""
     found: List[Collective] = []
-    for call in scope_calls(ScopeInfo(scope.node, block, scope.owner)):
+    for call in scope_calls(ScopeInfo(scope.node, block, scope.owner), distributed=True):
         direct = direct_collectives(ctx, scope, call)
         if direct:
             found.extend(direct)
@@ -174,7 +174,8 @@ class RankConditionalCollective(Rule):
     not named like a rank (a per-rank loss, a file that exists on one node) are not recognised. Whether
     a DDP model has buffers is not known statically: its rank-0-only forward is reported with the
     condition in the message, and it does not hang for a model without buffers or with
-    `broadcast_buffers=False`.
+    `broadcast_buffers=False`. The body of `if local_rank == -1:` runs only without a process group
+    and is not checked.
     """
 
     code = "DPL507"
@@ -194,6 +195,21 @@ class RankConditionalCollective(Rule):
     requires = USES_DISTRIBUTED
 
     VALID = [
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def train(args, model):
+                model = DDP(model, device_ids=[args.local_rank])
+                for step in range(args.steps):
+                    if args.local_rank in [-1, 0] and step % args.logging_steps == 0:
+                        if args.local_rank == -1:  # only without a process group: no rank of a DDP job
+                            evaluate(args, model)
+
+            def evaluate(args, model):
+                return model(args.batch)
+            """
+        ),
         Valid(
             """
             import torch.distributed as dist

@@ -343,6 +343,16 @@ def is_rank_test(expr: cst.BaseExpression, known: RankKnowledge = NO_KNOWLEDGE) 
     return False
 
 
+def is_single_process_test(expr: cst.BaseExpression, known: RankKnowledge = NO_KNOWLEDGE) -> bool:
+    """`local_rank == -1` (alone or with `and`): true only when no process group runs, on no rank of a job."""
+    if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.And):
+        return is_single_process_test(expr.left, known) or is_single_process_test(expr.right, known)
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1 and known.mentions_rank(expr):
+        target = expr.comparisons[0]
+        return isinstance(target.operator, cst.Equal) and _int_literals(target.comparator) == [-1]
+    return False
+
+
 def _int_literals(expr: cst.BaseExpression) -> List[int]:
     value = signed_integer_value(expr)
     if value is not None:
@@ -409,6 +419,11 @@ def _sites(body: Body, guard: Optional[cst.CSTNode], known: RankKnowledge) -> It
             for small in statement.body:
                 yield Site(small, guard)
             continue
+        if isinstance(statement, cst.If) and is_single_process_test(statement.test, known):
+            # `if args.local_rank == -1: evaluate(...)`: its body runs in no distributed job.
+            if statement.orelse is not None:
+                yield from _sites(block_body(statement.orelse.body) if isinstance(statement.orelse, cst.Else) else [statement.orelse], guard, known)
+            continue
         if isinstance(statement, cst.If) and guard is None and is_rank_test(statement.test, known):
             for block in child_blocks(statement):
                 yield from _sites(block, statement, known)
@@ -443,25 +458,29 @@ def calls_in(node: cst.CSTNode) -> List[cst.Call]:
     return list(iter_calls(node, into_lambdas=False))
 
 
-def scope_calls(scope: ScopeInfo) -> List[cst.Call]:
-    """Every call in the scope's own statements, headers of compound statements included."""
+def scope_calls(scope: ScopeInfo, distributed: bool = False) -> List[cst.Call]:
+    """Every call in the scope's own statements, headers of compound statements included; with
+    `distributed`, only those a distributed job can run (not the body of `if local_rank == -1:`)."""
     found: List[cst.Call] = []
     for statement in scope.body:
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
         if isinstance(statement, cst.BaseCompoundStatement):
-            found.extend(_compound_calls(statement))
+            found.extend(_compound_calls(statement, distributed))
         else:
             found.extend(calls_in(statement))
     return found
 
 
-def _compound_calls(statement: cst.BaseCompoundStatement) -> List[cst.Call]:
+def _compound_calls(statement: cst.BaseCompoundStatement, distributed: bool) -> List[cst.Call]:
     found: List[cst.Call] = []
     for header in _headers(statement):
         found.extend(calls_in(header))
-    for block in child_blocks(statement):
-        found.extend(scope_calls(ScopeInfo(None, block, None)))
+    blocks = list(child_blocks(statement))
+    if distributed and isinstance(statement, cst.If) and is_single_process_test(statement.test):
+        blocks = blocks[1:]  # the body runs only without a process group
+    for block in blocks:
+        found.extend(scope_calls(ScopeInfo(None, block, None), distributed))
     return found
 
 
