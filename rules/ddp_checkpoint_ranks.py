@@ -461,7 +461,7 @@ class LoadWithoutMapLocation(Rule):
     code = "DPL506"
     preview = True
     preview_reason = (
-        "Measured 0.31 (18 true, 40 false): whether the file holds CUDA tensors (a scheduler's numbers, CPU dumps, torchvision's weights) is not established."
+        "Measured 0.33 (24 true, 49 false): whether the file holds CUDA tensors (a scheduler's numbers, CPU dumps, torchvision's weights) is not established."
     )
     name = "load-without-map-location"
     summary = "`torch.load` without `map_location` on every rank: all ranks load GPU tensors onto `cuda:0`."
