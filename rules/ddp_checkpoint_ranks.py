@@ -576,10 +576,11 @@ class LoadWithoutMapLocation(Rule):
         if facts is None or not facts.uses_cuda:
             return
         for scope in iter_scopes(ctx.module):
-            if not _loads_module_state(scope):
+            restores = _restoring_calls(scope)
+            if not restores:
                 continue  # features, cached examples, a scheduler's numbers: what the file holds is unknown
             for call in _unguarded(ctx, scope, LOAD, 0, "f"):
-                if argument(call, "map_location", 1) is None and not _restores_a_scheduler(ctx, scope, call):
+                if argument(call, "map_location", 1) is None and not _restores_a_scheduler(ctx, scope, call, restores):
                     yield Report(
                         node=call,
                         message="Every rank runs this `torch.load` without `map_location`: GPU tensors all load onto `cuda:0`.",
@@ -587,21 +588,22 @@ class LoadWithoutMapLocation(Rule):
                     )
 
 
-def _loads_module_state(scope: ScopeInfo) -> bool:
-    """Whether the scope hands a state to `load_state_dict` (or, in a function it defines, to
+def _restoring_calls(scope: ScopeInfo) -> List[cst.Call]:
+    """The scope's calls that hand a state to `load_state_dict` (or, in a function it defines, to
     `_load_from_state_dict`): what it loads is then a model's or an optimizer's checkpoint, whose
     tensors were saved from the devices they trained on."""
     calls = calls_in(scope.node) if scope.node is not None else scope_calls(scope)
-    return any(isinstance(call.func, cst.Attribute) and call.func.attr.value in _RESTORES for call in calls)
+    return [call for call in calls if isinstance(call.func, cst.Attribute) and call.func.attr.value in _RESTORES]
 
 
 _RESTORES = frozenset({"load_state_dict", "_load_from_state_dict"})
 
 
-def _restores_a_scheduler(ctx: FileContext, scope: ScopeInfo, load: cst.Call) -> bool:
-    """`scheduler.load_state_dict(torch.load(path))` where `scheduler` is built by a learning-rate
-    scheduler of torch or transformers: its state is plain numbers, which load anywhere."""
-    for call in scope_calls(scope):
+def _restores_a_scheduler(ctx: FileContext, scope: ScopeInfo, load: cst.Call, restores: List[cst.Call]) -> bool:
+    """`scheduler.load_state_dict(torch.load(path))` (one of the scope's `restores`) where `scheduler`
+    is built by a learning-rate scheduler of torch or transformers: its state is plain numbers, which
+    load anywhere."""
+    for call in restores:
         func = call.func
         if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and call.args and call.args[0].value is load):
             continue

@@ -5,6 +5,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from dplint.analysis.names import signed_integer_value
 from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import (
@@ -182,7 +183,7 @@ class MissingSetDevice(Rule):
 
 def _one_process(world_size: Optional[cst.BaseExpression]) -> bool:
     """`world_size=1`: a group of one process (FairScale's CPU offloading), for which GPU 0 is right."""
-    return isinstance(world_size, cst.Integer) and world_size.evaluated_value == 1
+    return signed_integer_value(world_size) == 1
 
 
 def _may_be_nccl(ctx: FileContext, scope: ScopeInfo, backend) -> bool:

@@ -1600,9 +1600,9 @@ _SELECTS_DEVICE = GuardedPattern(
 )
 _READS_LOCAL_RANK_ENV = GuardedPattern(r"[\"']LOCAL_RANK[\"']", ["LOCAL_RANK"])
 _SHARDS_EVALUATION = GuardedPattern(r"DistributedSampler\((?:[^()]|\([^()]*\))*\bshuffle[ \t]*=[ \t]*False", ["DistributedSampler"])
-_USES_CUDA = GuardedPattern(r"\.cuda\(|[\"']cuda\b|nccl\b", ["cuda", "nccl"], one_line=True)
 # A tensor or module placed on a GPU by the program itself (the NCCL backend alone places nothing).
 _PLACES_ON_GPU = GuardedPattern(r"\.cuda\(|[\"']cuda\b", ["cuda"], one_line=True)
+_NCCL = GuardedPattern(r"nccl\b", ["nccl"], one_line=True)
 _DISTRIBUTED_WORDS = (
     "istributed", "DDP", "FSDP", "fully_shard", "epoch", "LOCAL_RANK", "local_rank", "cuda", "set_device", "spawn",
     "start_processes", "deepspeed", "__main__",
@@ -1655,6 +1655,7 @@ def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
     wraps = _WRAPS_DISTRIBUTED.search(text) is not None
     starts_on_run, starters = _group_starts(parse) if starts or wraps else (False, ())
     entry = _MAIN_GUARD.search(text) is not None
+    places_on_gpu = _PLACES_ON_GPU.search(text) is not None
     facts = DistributedFileFacts(
         reads_local_rank_argument=reads_argument,
         other_local_rank_source=other_source,
@@ -1670,8 +1671,8 @@ def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
         selects_device=_SELECTS_DEVICE.search(text) is not None,
         reads_local_rank_env=_READS_LOCAL_RANK_ENV.search(text) is not None,
         shards_evaluation=_SHARDS_EVALUATION.search(text) is not None,
-        uses_cuda=_USES_CUDA.search(text) is not None,
-        places_on_gpu=_PLACES_ON_GPU.search(text) is not None,
+        uses_cuda=places_on_gpu or _NCCL.search(text) is not None,
+        places_on_gpu=places_on_gpu,
     )
     return facts if facts != DistributedFileFacts() else None
 

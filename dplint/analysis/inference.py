@@ -1211,10 +1211,15 @@ def _all_tensors(kinds: List[Optional[Kind]], container: Kind) -> Optional[Kind]
 
 def _keeps_result(function: cst.FunctionDef) -> bool:
     """Whether the function's decorators (if any) return what it returns."""
+    return _decorated_only_by(function, TRANSPARENT_DECORATORS)
+
+
+def _decorated_only_by(function: cst.FunctionDef, names: FrozenSet[str]) -> bool:
+    """Whether every decorator of the function (`@torch.no_grad()`, `@wraps(f)`: by its last name) is one of `names`."""
     return all(
         (dotted(decorator.decorator if not isinstance(decorator.decorator, cst.Call) else decorator.decorator.func) or "")
         .rpartition(".")[2]
-        in TRANSPARENT_DECORATORS
+        in names
         for decorator in function.decorators
     )
 
@@ -1318,12 +1323,7 @@ class _CallCollector(cst.CSTVisitor):
 
 def _keeps_arguments(function: cst.FunctionDef) -> bool:
     """Whether the function's decorators (if any) pass the call's arguments on as they are."""
-    return all(
-        (dotted(decorator.decorator if not isinstance(decorator.decorator, cst.Call) else decorator.decorator.func) or "")
-        .rpartition(".")[2]
-        in ARGUMENT_KEEPING_DECORATORS
-        for decorator in function.decorators
-    )
+    return _decorated_only_by(function, ARGUMENT_KEEPING_DECORATORS)
 
 
 # torch.nn.functional losses whose default reduction ("mean") returns a 0-dim tensor.

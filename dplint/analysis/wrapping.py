@@ -592,7 +592,8 @@ def global_wraps(ctx: FileContext, function: cst.FunctionDef, calls: Sequence[Po
     state: Dict[str, FrozenSet[WrapSite]] = {}
     for point in calls:
         for held, sites in point.wrapped.items():
-            if held.removesuffix("[]").isidentifier() and held.removesuffix("[]") not in local:
+            base = held.removesuffix("[]")  # a module-level list of wrappers too
+            if base.isidentifier() and base not in local:
                 state[held] = state.get(held, frozenset()) | sites
     return state
 

@@ -746,6 +746,6 @@ class _Call:
                 if batch_norm and _batch_norm_advised[0]:
                     return
                 _batch_norm_advised[0] = _batch_norm_advised[0] or batch_norm
-                cause = messages.CAUSE_BATCH_NORM if batch_norm else messages.CAUSE_TIME_MAJOR if time_major else messages.CAUSE_MIXING
-                self.report("DPL309", messages.rows_not_independent(where, self.dim, difference, cause), advice=batch_norm)
+                cause = messages.CAUSE_BATCH_NORM if batch_norm else messages.CAUSE_TIME_MAJOR if time_major else messages.cause_mixing(self.dim)
+                self.report("DPL309", messages.rows_not_independent(where, difference, cause), advice=batch_norm)
                 return

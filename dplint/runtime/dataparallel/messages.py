@@ -118,11 +118,10 @@ SINGLE_DEVICE = Said(
 )
 
 
-def rows_not_independent(where: str, dim: int, difference: float, cause: Said) -> Said:
+def rows_not_independent(where: str, difference: float, cause: Said) -> Said:
     """DPL309."""
     return Said(
-        f"the gathered {where} differs from one forward of the whole batch (by up to {difference:.3g}): "
-        f"{cause.message.format(dim=dim)}",
+        f"the gathered {where} differs from one forward of the whole batch (by up to {difference:.3g}): {cause.message}",
         cause.help,
     )
 
@@ -135,10 +134,14 @@ CAUSE_TIME_MAJOR = Said(
     "a `batch_first=False` layer takes [S, B, ...], so splitting dim 0 split the sequence",
     "wrap with `nn.DataParallel(model, dim=1)`, or use `batch_first=True`",
 )
-CAUSE_MIXING = Said(
-    "the rows along the split dim {dim} are not independent samples",
-    "split along the batch dim (`nn.DataParallel(model, dim=...)`), or move what mixes rows after the call",
-)
+
+
+def cause_mixing(dim: int) -> Said:
+    """DPL309's cause when nothing narrower explains it: a layer mixes the rows along the split dim."""
+    return Said(
+        f"the rows along the split dim {dim} are not independent samples",
+        "split along the batch dim (`nn.DataParallel(model, dim=...)`), or move what mixes rows after the call",
+    )
 
 
 def samples_dropped(dropped: int, total: int, where: str, dim: int, replicas: int, chunk_counts: Sequence[int]) -> Said:
