@@ -78,7 +78,7 @@ def lint_paths(
     to_check: List[Tuple[SourceFile, Optional[FileFacts]]] = []
     for source in sources:
         entry = scanned.get(source.filename)
-        hit = entry and store.check_entry(source.filename, entry.content_hash, project.digest)
+        hit = entry and store.check_entry(source.filename, entry.content_hash, project.digest_for(source.filename))
         if hit:
             cached.append((source, hit))
         else:
@@ -98,7 +98,7 @@ def lint_paths(
     for (source, _), file_result in zip(to_check, checked):
         entry = scanned.get(source.filename)
         if entry is not None and not file_result.internal_errors:
-            store.store_check(source.filename, Checked(entry.content_hash, project.digest, file_result))
+            store.store_check(source.filename, Checked(entry.content_hash, project.digest_for(source.filename), file_result))
     store.save()
 
     result.parsed = len(to_check)

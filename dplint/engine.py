@@ -533,7 +533,7 @@ def run_rules(
     source: SourceFile, text: str, module, rules: Sequence[Rule], project: ProjectFacts, tree: Optional[ast.Module] = None
 ) -> FileResult:
     """`tree`: CPython's tree of the same text, which tells where each top-level statement starts."""
-    from dplint.context import FileContext
+    from dplint.analysis.context import FileContext
 
     lines = [starts for starts, _ in statement_groups(tree)] if tree is not None else None
     ctx = FileContext(
@@ -545,6 +545,7 @@ def run_rules(
         module_name=source.module_name,
         package=source.package,
         statement_lines=lines if lines is not None and len(lines) == len(module.body) else None,
+        tree=tree,
     )
     suppressions = Suppressions(text)
     findings: List[Finding] = []

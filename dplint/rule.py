@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, ClassVar, Iterable, Optional, Sequence, Tuple,
 if TYPE_CHECKING:
     import libcst as cst
 
-    from dplint.context import FileContext
+    from dplint.analysis.context import FileContext
     from dplint.finding import FileReference
     from dplint.analysis.facts import ProjectFacts
     from dplint.analysis.outline import Outline

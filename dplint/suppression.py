@@ -16,7 +16,7 @@ from dplint.finding import Finding, Fix, Location
 from dplint.rule import Rule
 
 if TYPE_CHECKING:
-    from dplint.context import FileContext
+    from dplint.analysis.context import FileContext
 
 _CODES = r"(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*)"
 LINE_NOQA = re.compile(r"#\s*noqa(?::\s?" + _CODES + r")?", re.I)

@@ -44,7 +44,7 @@ from dplint.rules.unknown_noqa_code import UnknownNoqaCode
 from dplint.rules.unused_noqa import UnusedNoqa
 from dplint.rules.unused_parameters import UnusedParameters
 from dplint.rules.wrapper_attribute_access import WrapperAttributeAccess
-from dplint.rules.wrapper_state_dict_prefix import WrapperStateDictPrefix
+from dplint.rules.wrapper_state_dict_prefix import WrapperStateDictPrefix, WrapperStateDictSaved
 
 from dplint.rule import Rule
 
@@ -62,6 +62,7 @@ CHECKS: List[Type[Rule]] = [
     BatchDimMovedInForward,
     WrapperAttributeAccess,
     WrapperStateDictPrefix,
+    WrapperStateDictSaved,
     ForwardMutatesModuleState,
     ScalarOutputFromForward,
     RnnWithoutFlattenParameters,

@@ -5,7 +5,7 @@ from typing import Iterator, Sequence, Set, Tuple
 
 import libcst as cst
 
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.inference import Binding, Inference
 from dplint.analysis.names import Body, block_body, child_blocks, child_nodes

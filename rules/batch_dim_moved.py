@@ -7,7 +7,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import libcst as cst
 
 from dplint.analysis.patterns import GuardedPattern
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.analysis.facts import FUNCTIONAL_DATA_PARALLEL, ProjectFacts, Wrap
 from dplint.analysis.inference import Binding, Inference, Kind, Scope
 from dplint.analysis.names import Body, block_body, dotted, signed_integer_value

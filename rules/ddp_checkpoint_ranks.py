@@ -7,21 +7,14 @@ import libcst as cst
 
 from dplint.analysis.names import Body, block_body, child_blocks, dotted, names_in
 from dplint.analysis.patterns import GuardedPattern
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import (
-    DDP,
-    INIT_PROCESS_GROUP,
     ScopeInfo,
     argument,
     calls_in,
-    for_loops,
-    in_distributed_program,
     program,
-    is_backward_call,
     iter_scopes,
-    iter_sites,
-    rank_knowledge,
     scope_bindings,
     scope_calls,
 )
@@ -42,24 +35,26 @@ PROCESS_LOCAL = frozenset(
 )  # fmt: skip
 
 
-def _unguarded(ctx: FileContext, scope: ScopeInfo, functions: frozenset, path_index: int, path_keyword: str) -> Iterator[cst.Call]:
-    """Calls to `functions` the scope makes on every rank, with a path that does not depend on the rank
-    and is not the process's own (a temporary file, a buffer)."""
-    local: Optional[Set[str]] = None
-    known = rank_knowledge(ctx)
-    for site in iter_sites(scope, known):
-        if site.guard is not None:
-            continue
-        for call in calls_in(site.statement):
-            if ctx.qualify(call.func) in functions:
-                path = argument(call, path_keyword, path_index)
-                if path is not None and known.mentions_rank(path):
+def _every_rank_calls(ctx: FileContext, functions: frozenset, path_index: int, path_keyword: str) -> Iterator[Tuple[ScopeInfo, cst.Call]]:
+    """Calls to `functions` that every rank of a process group runs, with a path that does not depend
+    on the rank and is not the process's own (a temporary file, a buffer)."""
+    local: Dict[Optional[cst.CSTNode], Set[str]] = {}
+    for scope in iter_scopes(ctx.module):
+        for call in scope_calls(scope):
+            if ctx.qualify(call.func) not in functions:
+                continue
+            where = ctx.where(call)
+            if where is None or not where.in_group or not where.on_every_rank:
+                continue
+            path = argument(call, path_keyword, path_index)
+            if path is not None:
+                if ctx.varies(path):
                     continue
-                if path is not None:
-                    local = _process_local_names(ctx, scope.body) if local is None else local
-                    if _is_process_local(ctx, path, local):
-                        continue
-                yield call
+                if scope.node not in local:
+                    local[scope.node] = _process_local_names(ctx, scope.body)
+                if _is_process_local(ctx, path, local[scope.node]):
+                    continue
+            yield scope, call
 
 
 def _is_process_local(ctx: FileContext, path: cst.BaseExpression, local: Set[str]) -> bool:
@@ -92,15 +87,6 @@ def _process_local_names(ctx: FileContext, body: Body) -> Set[str]:
 
 def _makes_process_local(ctx: FileContext, value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.Call) and ctx.qualify(value.func) in PROCESS_LOCAL
-
-
-def _runs_on_every_rank(ctx: FileContext, scope: ScopeInfo) -> bool:
-    """The scope trains (a backward, a loop over epochs), wraps the model or starts the process group:
-    every rank runs it."""
-    for call in scope_calls(scope):
-        if is_backward_call(call) or ctx.qualify(call.func) in DDP | INIT_PROCESS_GROUP:
-            return True
-    return any(_EPOCH.search(dotted(loop.target) or "") for loop in for_loops(scope))
 
 
 class CheckpointOnEveryRank(Rule):
@@ -357,7 +343,7 @@ class CheckpointOnEveryRank(Rule):
             import torch
 
             def save_checkpoint(model, path):
-                torch.save(model.state_dict(), path)
+                torch.save(model.state_dict(), path)  # every rank reaches it through train()
 
             def train(model, loader, optimizer, epochs):
                 for epoch in range(epochs):
@@ -368,63 +354,21 @@ class CheckpointOnEveryRank(Rule):
                     save_checkpoint(model, "last.pt")
 
             torch.distributed.init_process_group("gloo")
+            train(build_model(), build_loader(), build_optimizer(), 10)
             """,
-            line=12,
+            line=4,
         ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        if not in_distributed_program(ctx) or _SHARDED.search(ctx.source):
+        if _SHARDED.search(ctx.source):
             return
-        scopes = [(scope, _runs_on_every_rank(ctx, scope)) for scope in iter_scopes(ctx.module)]
-        savers = _saving_functions(ctx, scopes)
-        for scope, every_rank in scopes:
-            if not every_rank:
-                continue
-            for call in _unguarded(ctx, scope, SAVE, 1, "f"):
-                yield Report(
-                    node=call,
-                    message="Every rank runs this `torch.save` to the same path: the writes race and can corrupt the file.",
-                    help="Save on one rank: `if dist.get_rank() == 0: torch.save(...)`.",
-                )
-            for site in iter_sites(scope, rank_knowledge(ctx)):
-                if site.guard is not None:
-                    continue
-                for call in calls_in(site.statement):
-                    line = _saver_line(ctx, call, scope, savers)
-                    if line is not None:
-                        yield Report(
-                            node=call,
-                            message=f"Every rank runs this call, and it saves with `torch.save` (line {line}): the writes race.",
-                            help="Call it on one rank: `if dist.get_rank() == 0: ...`.",
-                        )
-
-
-def _saving_functions(ctx: FileContext, scopes: List[Tuple[ScopeInfo, bool]]) -> Dict[Tuple[Optional[str], str], cst.Call]:
-    """(class name or None, function name) → the unguarded `torch.save` call in a function that not
-    every rank runs (each scope comes with whether every rank runs it)."""
-    found: Dict[Tuple[Optional[str], str], cst.Call] = {}
-    for scope, every_rank in scopes:
-        if scope.node is None or every_rank:
-            continue
-        for call in _unguarded(ctx, scope, SAVE, 1, "f"):
-            owner = scope.owner.name.value if scope.owner is not None else None
-            found.setdefault((owner, scope.node.name.value), call)
-    return found
-
-
-def _saver_line(ctx: FileContext, call: cst.Call, scope: ScopeInfo, savers: Dict[Tuple[Optional[str], str], cst.Call]) -> Optional[int]:
-    name = dotted(call.func)
-    if name is None:
-        return None
-    if "." not in name:
-        key: Tuple[Optional[str], str] = (None, name)
-    elif name.startswith("self.") and name.count(".") == 1 and scope.owner is not None:
-        key = (scope.owner.name.value, name[5:])
-    else:
-        return None
-    save = savers.get(key)
-    return ctx.line(save) if save is not None else None
+        for _, call in _every_rank_calls(ctx, SAVE, 1, "f"):
+            yield Report(
+                node=call,
+                message="Every rank runs this `torch.save` to the same path: the writes race and can corrupt the file.",
+                help="Save on one rank: `if dist.get_rank() == 0: torch.save(...)`.",
+            )
 
 
 class LoadWithoutMapLocation(Rule):
@@ -566,6 +510,8 @@ class LoadWithoutMapLocation(Rule):
                     dist.init_process_group(backend="nccl")
                     self.model = model.cuda()
                     self.model.load_state_dict(torch.load(path, weights_only=True))
+
+            trainer = Trainer(Net(), "last.pt")
             """,
             line=8,
         ),
@@ -575,12 +521,14 @@ class LoadWithoutMapLocation(Rule):
         facts = program(ctx)
         if facts is None or not facts.uses_cuda:
             return
-        for scope in iter_scopes(ctx.module):
-            restores = _restoring_calls(scope)
+        restoring: Dict[Optional[cst.CSTNode], List[cst.Call]] = {}
+        for scope, call in _every_rank_calls(ctx, LOAD, 0, "f"):
+            if scope.node not in restoring:
+                restoring[scope.node] = _restoring_calls(scope)
+            restores = restoring[scope.node]
             if not restores:
                 continue  # features, cached examples, a scheduler's numbers: what the file holds is unknown
-            for call in _unguarded(ctx, scope, LOAD, 0, "f"):
-                if argument(call, "map_location", 1) is None and not _restores_a_scheduler(ctx, scope, call, restores):
+            if argument(call, "map_location", 1) is None and not _restores_a_scheduler(ctx, scope, call, restores):
                     yield Report(
                         node=call,
                         message="Every rank runs this `torch.load` without `map_location`: GPU tensors all load onto `cuda:0`.",

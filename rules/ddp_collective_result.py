@@ -6,7 +6,7 @@ from typing import Iterator, Optional, Sequence
 import libcst as cst
 
 from dplint.analysis.names import run_visitor
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.patterns import GuardedPattern

@@ -5,7 +5,7 @@ from typing import Iterator, Optional, Sequence
 import libcst as cst
 
 from dplint.analysis.facts import DATA_PARALLEL, MODULE_RETURNING_METHODS, ProjectFacts
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.names import dotted, iter_calls
 from dplint.analysis.wrapping import Point, scope_points

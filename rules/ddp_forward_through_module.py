@@ -6,7 +6,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from dplint.analysis.names import Body, child_blocks, dotted, run_visitor
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import DDP, USES_DISTRIBUTED, ScopeInfo, argument, calls_in, is_literal, iter_scopes, passed_parameters, scope_calls, wrapped_names
 from dplint.rules.wrapper_attribute_access import WRAPPER_ATTRIBUTES

@@ -5,9 +5,9 @@ from typing import Iterator, List
 
 import libcst as cst
 
-from dplint.analysis.names import block_body, run_visitor
+from dplint.analysis.names import block_body
 from dplint.analysis.patterns import GuardedPattern
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import (
     DATA_LOADERS,
@@ -23,8 +23,10 @@ from dplint.analysis.ddp import (
 
 ITERABLE_DATASETS = frozenset({"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"})
 # Names that shard by rank, or that a single-process branch tests.
-_SHARDING_WORD = re.compile(r"rank|world_size|num_replicas|shard|split_dataset_by_node|num_nodes", re.I)
-_MODE_WORD = re.compile(r"distributed|ddp|world_size|is_initialized|gpu|device_count|rank|multiprocess", re.I)
+# A dataset split between the ranks by hand: built from the world size or a shard (the rank itself is a value: `ctx.varies`).
+_SHARDING_WORD = re.compile(r"world_size|num_replicas|shard|split_dataset_by_node|num_nodes", re.I)
+# An iterable dataset's own code that reads where it runs.
+_READS_RANK = re.compile(r"rank|world_size|num_replicas|shard|split_dataset_by_node|num_nodes|get_worker_info", re.I)
 
 
 class TrainingLoaderNotSharded(Rule):
@@ -155,21 +157,23 @@ class TrainingLoaderNotSharded(Rule):
         if facts is None or not facts.wraps_model or facts.trainer_framework:
             return
         if "DistributedSampler" not in ctx.source:
-            single_process = _single_process_calls(ctx.module)
             for scope in iter_scopes(ctx.module):
-                yield from self._loaders(ctx, scope, single_process)
+                yield from self._loaders(ctx, scope)
         yield from self._iterable_datasets(ctx)
 
-    def _loaders(self, ctx: FileContext, scope: ScopeInfo, single_process: set) -> Iterator[Report]:
+    def _loaders(self, ctx: FileContext, scope: ScopeInfo) -> Iterator[Report]:
         for call in scope_calls(scope):
-            if ctx.qualify(call.func) not in DATA_LOADERS or id(call) in single_process:
+            if ctx.qualify(call.func) not in DATA_LOADERS:
                 continue
+            where = ctx.where(call)
+            if where is None or not where.in_group or not where.on_every_rank:
+                continue  # one process, some ranks only, or code no program is known to run
             if not is_literal(argument(call, "shuffle", 2), True):
                 continue
             if argument(call, "sampler", 3) is not None or argument(call, "batch_sampler", 4) is not None:
                 continue
             dataset = argument(call, "dataset", 0)
-            if dataset is None or any(mentions(value, _SHARDING_WORD) for value in [dataset, *values_of(ctx, scope, dataset)]):
+            if dataset is None or ctx.varies(dataset) or any(mentions(value, _SHARDING_WORD) for value in [dataset, *values_of(ctx, scope, dataset)]):
                 continue
             yield Report(
                 node=call,
@@ -182,7 +186,7 @@ class TrainingLoaderNotSharded(Rule):
             if not any(ctx.qualify(base.value) in ITERABLE_DATASETS for base in statement.bases):
                 continue
             defines_iter = any(isinstance(s, cst.FunctionDef) and s.name.value == "__iter__" for s in block_body(statement.body))
-            if defines_iter and not _SHARDING_WORD.search(ctx.code(statement.body)):
+            if defines_iter and not _READS_RANK.search(ctx.code(statement.body)):
                 yield Report(
                     node=statement.name,
                     message=f"`{statement.name.value}` never reads the rank or world size: every DDP rank streams the same data.",
@@ -192,41 +196,3 @@ class TrainingLoaderNotSharded(Rule):
 
 def _classes(body) -> List[cst.ClassDef]:
     return [statement for statement in body if isinstance(statement, cst.ClassDef)]
-
-
-def _single_process_calls(module: cst.Module) -> set:
-    visitor = _ModeBranches()
-    run_visitor(module, visitor)
-    return visitor.inside
-
-
-class _ModeBranches(cst.CSTVisitor):
-    """Calls inside an `if` (or `x if c else y`) that tests the distributed mode, the world size or the rank."""
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.inside: set = set()
-
-    def _enter(self, test: cst.BaseExpression) -> None:
-        if self.depth or mentions(test, _MODE_WORD):
-            self.depth += 1
-
-    def _leave(self, test: cst.BaseExpression) -> None:
-        if self.depth:
-            self.depth -= 1
-
-    def visit_If(self, node: cst.If) -> None:
-        self._enter(node.test)
-
-    def leave_If(self, original_node: cst.If) -> None:
-        self._leave(original_node.test)
-
-    def visit_IfExp(self, node: cst.IfExp) -> None:
-        self._enter(node.test)
-
-    def leave_IfExp(self, original_node: cst.IfExp) -> None:
-        self._leave(original_node.test)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if self.depth:
-            self.inside.add(id(node))

@@ -6,7 +6,7 @@ import libcst as cst
 
 from dplint.analysis.facts import scan_distributed
 from dplint.analysis.patterns import GuardedPattern
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import calls_in, in_distributed_program, program_or_file
 

@@ -6,7 +6,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.analysis.names import signed_integer_value
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import (
     INIT_PROCESS_GROUP,

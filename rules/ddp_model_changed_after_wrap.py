@@ -9,9 +9,9 @@ from dplint.analysis.facts import MODULE_RETURNING_METHODS
 from dplint.analysis.inference import is_module_class_name
 from dplint.analysis.names import dotted
 from dplint.analysis.patterns import GuardedPattern
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.analysis.ddp import DDP, USES_DISTRIBUTED, argument, calls_in, iter_scopes, iter_sites, wrap_of
+from dplint.analysis.ddp import DDP, USES_DISTRIBUTED, argument, calls_in, iter_scopes, iter_statements, wrap_of
 
 CASTS = frozenset({"half", "double", "bfloat16"})
 MOVES = frozenset({"to", "cuda", "cpu"})
@@ -168,20 +168,19 @@ class ModelChangedAfterDdpWrap(Rule):
         for scope in iter_scopes(ctx.module):
             wrap: Optional[_Wrap] = None
             moved: Set[str] = set()
-            for site in iter_sites(scope):
-                small = site.statement
+            for small in iter_statements(scope):
                 if wrap is not None and any(ctx.qualify(call.func) in DESTROY_PROCESS_GROUP for call in calls_in(small)):
                     wrap = None  # teardown: no DDP step follows, so nothing can drift
                     continue
                 if wrap is not None:
-                    yield from self._changes(ctx, small, site.guard is not None, wrap)
+                    yield from self._changes(ctx, small, wrap)
                 new_wrap = _wrap(ctx, small, moved)
                 if new_wrap is not None:
                     wrap = new_wrap
                     continue
                 moved.update(_moved_names(small))
 
-    def _changes(self, ctx: FileContext, small: cst.BaseSmallStatement, guarded: bool, wrap: _Wrap) -> Iterator[Report]:
+    def _changes(self, ctx: FileContext, small: cst.BaseSmallStatement, wrap: _Wrap) -> Iterator[Report]:
         if isinstance(small, cst.Assign):
             for target in small.targets:
                 owner = dotted(target.target.value) if isinstance(target.target, cst.Attribute) else None
@@ -211,7 +210,7 @@ class ModelChangedAfterDdpWrap(Rule):
                     f"`{receiver}.{method}(...)` moves the parameters after the DDP wrap (line {ctx.line(wrap.statement)}): DDP keeps the old ones.",
                     "Move the model to the rank's device before wrapping it in `DistributedDataParallel`.",
                 )
-            elif method == "load_state_dict" and guarded:
+            elif method == "load_state_dict" and _on_some_ranks_only(ctx, call):
                 yield self._report(
                     call,
                     f"`{receiver}.load_state_dict` runs on some ranks only, after the DDP wrap (line {ctx.line(wrap.statement)}): ranks keep different weights.",
@@ -220,6 +219,11 @@ class ModelChangedAfterDdpWrap(Rule):
 
     def _report(self, node: cst.CSTNode, message: str, help: str) -> Report:
         return Report(node=node, message=message, help=help)
+
+
+def _on_some_ranks_only(ctx: FileContext, node: cst.CSTNode) -> bool:
+    where = ctx.local_where(node)
+    return where is not None and where.on_some_ranks_only
 
 
 def _wrap(ctx: FileContext, small: cst.BaseSmallStatement, moved: Set[str]) -> Optional[_Wrap]:

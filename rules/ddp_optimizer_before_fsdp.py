@@ -8,9 +8,9 @@ import libcst as cst
 from dplint.analysis.facts import MODULE_RETURNING_METHODS
 from dplint.analysis.names import dotted
 from dplint.analysis.patterns import GuardedPattern
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.analysis.ddp import FSDP, argument, calls_in, iter_scopes, iter_sites
+from dplint.analysis.ddp import FSDP, argument, calls_in, iter_scopes, iter_statements
 
 FULLY_SHARD = frozenset(
     {"torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard.fully_shard"}
@@ -118,8 +118,8 @@ class OptimizerBeforeFsdpWrap(Rule):
     def check(self, ctx: FileContext) -> Iterator[Report]:
         for scope in iter_scopes(ctx.module):
             optimizers: Dict[str, cst.Call] = {}  # module name → the optimizer built from it
-            for site in iter_sites(scope):
-                for call in calls_in(site.statement):
+            for small in iter_statements(scope):
+                for call in calls_in(small):
                     qualified = ctx.qualify(call.func) or ""
                     if qualified.startswith("torch.optim.") and qualified.rpartition(".")[2][:1].isupper():
                         owner = _parameters_owner(argument(call, "params", 0))

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
@@ -8,8 +7,8 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from dplint.analysis.names import Body, block_body, child_blocks, dotted
+from dplint.analysis.context import FileContext
 from dplint.analysis.outline import Outline
-from dplint.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.patterns import GuardedPattern
@@ -20,22 +19,16 @@ from dplint.analysis.ddp import (
     FSDP,
     FSDP_COLLECTIVE_METHODS,
     ScopeInfo,
-    calls_in,
     collective_calls,
     collective_name,
     exits,
-    is_rank_test,
     iter_scopes,
-    iter_sites,
-    names_a_rank,
     passed_parameters,
     scope_calls,
     wrapped_names,
 )
 
 
-# What a rank condition or a rank-zero decorator names (matched ignoring case).
-_RANK_CONDITION_WORDS = "rank|main_process|master|is_global_zero"
 
 
 @dataclass(frozen=True)
@@ -70,17 +63,21 @@ class _Callees:
         return None
 
     def own_collectives(self, scope: ScopeInfo) -> List[Collective]:
-        """Collectives the function runs on every rank that calls it (its own guarded ones excluded)."""
+        """Collectives the function runs on every rank that calls it (those under its own rank tests excluded)."""
         key = id(scope.node)
         if key not in self._own:
             self._own[key] = [
                 found
-                for site in iter_sites(scope)
-                if site.guard is None
-                for call in calls_in(site.statement)
+                for call in scope_calls(scope)
                 for found in direct_collectives(self.ctx, scope, call)
+                if _on_every_rank(self.ctx, call)
             ]
         return self._own[key]
+
+
+def _on_every_rank(ctx: FileContext, call: cst.Call) -> bool:
+    where = ctx.local_where(call)
+    return where is not None and where.on_every_rank
 
 
 def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> List[Collective]:
@@ -104,7 +101,10 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
 def collectives_of(ctx: FileContext, callees: _Callees, scope: ScopeInfo, block: Body) -> List[Collective]:
     """The collectives a block runs, one call level deep into the file's own functions."""
     found: List[Collective] = []
-    for call in scope_calls(ScopeInfo(scope.node, block, scope.owner), distributed=True):
+    for call in scope_calls(ScopeInfo(scope.node, block, scope.owner)):
+        where = ctx.local_where(call)
+        if where is None or not where.in_group:
+            continue  # the body of `if local_rank == -1:` runs in no process group
         direct = direct_collectives(ctx, scope, call)
         if direct:
             found.extend(direct)
@@ -185,13 +185,7 @@ class RankConditionalCollective(Rule):
     )
     name = "rank-conditional-collective"
     summary = "A collective (barrier, all_reduce, a DDP forward, ...) that only some ranks run: the job hangs."
-    # A rank condition: an `if`/`elif`/conditional expression or a decorator that names a rank.
-    triggers = GuardedPattern(
-        r"(?:\bif\b|@)[^\n]*(?:" + _RANK_CONDITION_WORDS + ")",
-        ["rank", "Rank", "RANK", "main_process", "MAIN_PROCESS", "master", "Master", "MASTER", "is_global_zero"],
-        re.IGNORECASE,
-        one_line=True,
-    )
+    triggers = GuardedPattern(r"\bif\b", ["if"])
     requires = USES_DISTRIBUTED
 
     VALID = [
@@ -291,7 +285,7 @@ class RankConditionalCollective(Rule):
         return NAMES_A_DISTRIBUTED_MODEL.search(text) is not None or collective_calls(text).search(text) is not None
 
     def applies_to_outline(self, outline: Outline) -> bool:
-        return any(names_a_rank(word) for word in outline.condition_words)
+        return bool(outline.condition_words)  # an `if`, a `while` or a decorator: something to run some ranks only
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         callees = _Callees(ctx)
@@ -303,7 +297,7 @@ class RankConditionalCollective(Rule):
         for index, statement in enumerate(body):
             if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
                 continue
-            if isinstance(statement, cst.If) and is_rank_test(statement.test):
+            if isinstance(statement, cst.If) and ctx.splits_ranks(statement.test):
                 branches = [collectives_of(ctx, callees, scope, block) for block in child_blocks(statement)]
                 if statement.orelse is None:
                     if exits(block_body(statement.body)):

@@ -6,7 +6,7 @@ from typing import Iterator, List, Tuple
 import libcst as cst
 
 from dplint.analysis.names import dotted
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import (
     DISTRIBUTED_SAMPLERS,
@@ -16,10 +16,9 @@ from dplint.analysis.ddp import (
     is_evaluation_name,
     is_literal,
     iter_scopes,
-    iter_sites,
+    iter_statements,
     looks_like_evaluation,
     mentions,
-    NO_KNOWLEDGE,
 )
 
 _EPOCH = re.compile(r"epoch", re.I)
@@ -31,11 +30,11 @@ def distributed_samplers(ctx: FileContext) -> List[Tuple[cst.Call, List[str]]]:
     def compute() -> List[Tuple[cst.Call, List[str]]]:
         found = []
         for scope in iter_scopes(ctx.module):
-            for site in iter_sites(scope):
+            for small in iter_statements(scope):
                 targets = []
-                if isinstance(site.statement, cst.Assign):
-                    targets = [name for name in (dotted(t.target) for t in site.statement.targets) if name]
-                for call in calls_in(site.statement):
+                if isinstance(small, cst.Assign):
+                    targets = [name for name in (dotted(t.target) for t in small.targets) if name]
+                for call in calls_in(small):
                     if ctx.qualify(call.func) in DISTRIBUTED_SAMPLERS:
                         found.append((call, targets))
         return found
@@ -157,9 +156,16 @@ class DistributedSamplerWithoutSetEpoch(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         facts = program_or_file(ctx)
-        if facts.sets_epoch or facts.trainer_framework or not facts.epoch_loop:
+        if facts.trainer_framework or not facts.epoch_loop:
             return
         for call, targets in distributed_samplers(ctx):
+            # Each program that builds it must call `set_epoch` itself: a sibling script's call, or a
+            # test's, does nothing for this one. Where no program is known to reach it, or a class of the
+            # project defines its own `set_epoch` (called by whatever steps it), the files of the
+            # programs it may belong to tell.
+            sets_epoch = None if ctx.project.execution.defines_method("set_epoch") else ctx.execution.programs_call(ctx.line(call), "set_epoch")
+            if sets_epoch or (sets_epoch is None and facts.sets_epoch):
+                continue
             shuffle = argument(call, "shuffle", 3)
             if shuffle is not None and not is_literal(shuffle, True):
                 continue
@@ -252,6 +258,17 @@ class DistributedSamplerSeedPerRank(Rule):
             """,
             line=3,
         ),
+        Invalid(
+            """
+            import torch.distributed as dist
+            from torch.utils.data import DistributedSampler
+
+            def build(dataset, base_seed):
+                seed = base_seed * (dist.get_rank() + 1)  # the rank reaches the sampler through a variable
+                return DistributedSampler(dataset, seed=seed)
+            """,
+            line=6,
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
@@ -272,7 +289,7 @@ _VARYING_CALLS = {"time.time": "the time", "time.time_ns": "the time", "os.getpi
 
 
 def _varying(ctx: FileContext, seed: cst.BaseExpression) -> str:
-    if NO_KNOWLEDGE.mentions_rank(seed):
+    if ctx.varies(seed):
         return "the rank"
     for call in calls_in(seed):
         qualified = ctx.qualify(call.func) or ""

@@ -6,7 +6,7 @@ import libcst as cst
 
 from dplint.analysis.names import dotted
 from dplint.analysis.patterns import GuardedPattern
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import (
     DATA_LOADERS,

@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Set
 import libcst as cst
 
 from dplint.analysis.names import dotted, run_visitor
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import (
     DATA_LOADERS,

@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Tuple
 import libcst as cst
 from dplint.rules.cuda_visible_devices import variable_write
 
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.analysis.facts import DATA_PARALLEL
 from dplint.analysis.names import decimal_value, integer_value, iter_calls, iter_small_statements
 from dplint.rule import Invalid, Report, Rule, Valid

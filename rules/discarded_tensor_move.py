@@ -5,7 +5,7 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.inference import Inference, Kind, Scope
 from dplint.analysis.names import dotted

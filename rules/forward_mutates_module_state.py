@@ -5,7 +5,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.analysis.inference import Inference
 from dplint.analysis.names import block_body, child_blocks, dotted, iter_calls, run_visitor
 from dplint.finding import FileReference

@@ -7,7 +7,7 @@ import libcst as cst
 
 from dplint.analysis.facts import ProjectFacts, Wrap
 from dplint.analysis.patterns import GuardedPattern
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.analysis.inference import Inference
 from dplint.analysis.names import block_body, iter_calls, iter_small_statements
 from dplint.rule import Invalid, Report, Valid, WrappedForwardRule

@@ -5,7 +5,7 @@ from typing import Iterator, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.names import decimal_value, iter_calls, iter_small_statements
 from dplint.analysis.patterns import GuardedPattern

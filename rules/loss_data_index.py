@@ -5,7 +5,7 @@ from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.analysis.inference import Inference, ScalarLosses
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 

@@ -5,7 +5,7 @@ from typing import Iterator, Optional, Set
 
 import libcst as cst
 
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.analysis.names import Body, block_body, child_blocks, iter_calls
 from dplint.rule import Invalid, Report, Rule, Valid
 

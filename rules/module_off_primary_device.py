@@ -5,7 +5,7 @@ from typing import Iterator, List, Optional, Sequence, Set
 
 import libcst as cst
 
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.analysis.facts import DATA_PARALLEL, ProjectFacts
 from dplint.analysis.inference import Inference, Scope
 from dplint.analysis.names import decimal_value, descendants, dotted, integer_value, iter_calls

@@ -8,7 +8,7 @@ import libcst as cst
 from dplint.analysis.facts import Wrap
 from dplint.analysis.inference import ClassModel, Inference, Scope
 from dplint.analysis.names import block_body, child_nodes, dotted
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.finding import FileReference
 from dplint.rule import Invalid, Report, Valid, WrappedForwardRule
 

@@ -5,7 +5,7 @@ from typing import Iterator
 import libcst as cst
 
 from dplint.analysis.patterns import GuardedPattern
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.analysis.inference import Inference, ScalarLosses
 from dplint.analysis.names import block_body, iter_small_statements
 from dplint.rule import Invalid, Report, Valid, WrappedForwardRule

@@ -4,7 +4,7 @@ import re
 from typing import Iterable, List
 
 from dplint.analysis.patterns import GuardedPattern
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.finding import Finding
 from dplint.rule import Invalid, Valid
 from dplint.suppression import DPL_CODE, NoqaDirective, Suppressions, SuppressionRule

@@ -3,7 +3,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, List, Optional, Sequence
 
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.finding import Edit, Finding, Fix, Location
 from dplint.rule import Invalid, Valid
 from dplint.suppression import NoqaCode, NoqaDirective, Suppressions, SuppressionRule

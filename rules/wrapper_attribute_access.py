@@ -10,7 +10,7 @@ from dplint.analysis.inference import Inference
 from dplint.analysis.names import run_visitor
 from dplint.analysis.wrapping import WrapSite, describe, handled_names, holder, scopes
 from dplint.analysis.patterns import GuardedPattern
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 
 # What DataParallel and DistributedDataParallel have themselves: nn.Module's API and the wrappers' own
@@ -203,6 +203,46 @@ class WrapperAttributeAccess(Rule):
             weights = model.class_weights.cpu().numpy()
             """
         ),
+        Valid(
+            """
+            import torch.nn as nn
+
+            class Learner:
+                def incremental_train(self, loader):
+                    if len(self.gpus) > 1:
+                        self.network = nn.DataParallel(self.network, self.gpus)
+                    self.fit(loader)
+                    if len(self.gpus) > 1:
+                        self.network = self.network.module  # unwrapped before it returns
+
+                def after_task(self):
+                    self.network.fc.freeze()  # runs after incremental_train: the plain model
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+
+            class Distiller:
+                def compress(self):
+                    self.student = Student()
+                    if len(self.gpus) > 1:
+                        self.student = nn.DataParallel(self.student, self.gpus)
+                    if hasattr(self.student, "module"):
+                        self.student_ptr = self.student.module
+                    else:
+                        self.student_ptr = self.student  # the plain model: it has no `module`
+                    self.student_ptr.copy_fc(self.teacher.fc)
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            net = Encoder()
+            crnn = nn.DataParallel(net, output_dim=1)  # raises TypeError: no wrapper is ever made
+            crnn.encode(x)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -279,6 +319,23 @@ class WrapperAttributeAccess(Rule):
             logits = model.fc(features)
             """,
             line=10,
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            class Learner:
+                def incremental_train(self, loader):
+                    if len(self.gpus) > 1:
+                        self.network = nn.DataParallel(self.network, self.gpus)
+                    self._train(loader)  # runs while the network is the wrapper
+                    if len(self.gpus) > 1:
+                        self.network = self.network.module
+
+                def _train(self, loader):
+                    optimizer = build_optimizer(self.network.backbone)
+            """,
+            line=12,
         ),
     ]
 

@@ -1,15 +1,18 @@
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from dplint.analysis.facts import ProjectFacts
-from dplint.analysis.names import Body, child_blocks, dotted, iter_calls, names_in, run_visitor, signed_integer_value
-from dplint.analysis.wrapping import Point, WrapSite, describe, handled_names, holder, scopes
+from dplint.analysis.facts import CheckpointLoad, ProjectFacts
+from dplint.analysis.names import Body, child_blocks, child_nodes, dotted, iter_calls, names_in, run_visitor, signed_integer_value
+from dplint.analysis.wrapping import Point, WrapFlow, WrapSite, describe, handled_names, holder, scopes
 from dplint.analysis.patterns import GuardedPattern
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
+from dplint.finding import FileReference
 from dplint.rule import Invalid, Report, Rule, Valid
 
 PREFIX = "module."
@@ -187,6 +190,57 @@ class WrapperStateDictPrefix(Rule):
             clean = {(k[7:] if k.startswith("module.") else k): v for k, v in state.items()}
             """
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def train(net):
+                model = nn.DataParallel(net).cuda()
+                torch.save(model.state_dict(), "ckpt.pt")  # every loader of the project wraps first
+
+            def test():
+                model = nn.DataParallel(Net()).cuda()
+                model.load_state_dict(torch.load("ckpt.pt"))
+
+            def demo():
+                model = Net()
+                state = torch.load("ckpt.pt")
+                model.load_state_dict({k.replace("module.", ""): v for k, v in state.items()})
+            """
+        ),
+        Valid(
+            """
+            import torch
+            state = torch.load(args.weights)
+            new_state = {}
+            for k, v in state.items():
+                head = k[:7]
+                if head == "module.":
+                    k = k[7:]  # a guard held in a variable
+                new_state[k] = v
+
+            def load_backbone(net):
+                state = torch.load("mobilenetV1X0.25_pretrain.tar")["state_dict"]
+                net.load_state_dict({k[7:]: v for k, v in state.items()})  # a released checkpoint, saved from a wrapper
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            model = Net()
+            model_1gpu = model
+            if multi_gpu:
+                model = nn.DataParallel(model)
+            torch.save(model_1gpu.state_dict() if multi_gpu else model.state_dict(), "ckpt.pt")
+            torch.save(getattr(model, "module", model).state_dict(), "last.pt")
+            crnn = nn.DataParallel(Net(), output_dim=1)  # raises TypeError: no wrapper is ever made
+            torch.save(crnn.state_dict(), "crnn.pt")
+            demo = Net()
+            demo.load_state_dict(torch.load("ckpt.pt"))
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -198,6 +252,10 @@ class WrapperStateDictPrefix(Rule):
                 if torch.cuda.device_count() > 1:
                     model = nn.DataParallel(model).cuda()
                 torch.save({"model": model.state_dict(), "epoch": 3}, "ckpt.pt")
+
+            def demo(path):
+                model = Net()
+                model.load_state_dict(torch.load(path)["model"])  # fails on a multi-GPU checkpoint
             """,
             line=7,
         ),
@@ -205,59 +263,57 @@ class WrapperStateDictPrefix(Rule):
             """
             import torch
             from torch.nn.parallel import DistributedDataParallel as DDP
-            model = DDP(model, device_ids=[rank])
+            model = DDP(Net().cuda(rank), device_ids=[rank])
             checkpoint = {"epoch": epoch}
             checkpoint["model"] = model.state_dict()
             torch.save(checkpoint, f"rank{rank}.pt")
+            export = Net()
+            export.load_state_dict(torch.load("rank0.pt")["model"])
             """,
             line=5,
         ),
         Invalid(
             """
             import torch
-            state = torch.load("ckpt.pt", map_location="cpu")
-            state = {k.replace("module.", ""): v for k, v in state.items()}
-            """,
-            line=3,
-        ),
-        Invalid(
-            """
-            import torch
-            from collections import OrderedDict
-            state = torch.load("ckpt.pt")["state_dict"]
-            clean = OrderedDict((k[7:], v) for k, v in state.items())
-            """,
-            line=4,
-        ),
-        Invalid(
-            """
             import torch.nn as nn
 
-            class Trainer:
-                def __init__(self, net, args):
-                    self.net = net.cuda()
-                    if args.multi_gpu:
-                        self.net = nn.DataParallel(self.net)
+            class Head(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.submodule = nn.Linear(8, 8)  # its keys are `submodule.weight`, `submodule.bias`
 
-                def save(self, path):
-                    save_checkpoint({"state_dict": self.net.state_dict()}, path)
+            state = torch.load(args.weights, map_location="cpu")
+            state = {k.replace("module.", ""): v for k, v in state.items()}
             """,
             line=10,
         ),
         Invalid(
             """
             import torch
+            from collections import OrderedDict
+            state = torch.load(args.pretrained)["state_dict"]
+            clean = OrderedDict((k[7:], v) for k, v in state.items())
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch
             import torch.nn as nn
 
             class Trainer:
-                def __init__(self, model):
-                    self.model = nn.DataParallel(model).cuda()
+                def __init__(self, args):
+                    self.net = Net().cuda()
+                    if args.multi_gpu:
+                        self.net = nn.DataParallel(self.net)
 
-            trainer = Trainer(Net())
-            states = [trainer.model.state_dict(), trainer.optimizer.state_dict()]
-            torch.save(states, "ckpt.pt")
+                def save(self, path):
+                    save_checkpoint({"state_dict": self.net.state_dict()}, path)
+
+                def load(self, path):
+                    self.net.load_state_dict(torch.load(path)["state_dict"])  # the flag of this run, not of the save
             """,
-            line=9,
+            line=11,
         ),
         Invalid(
             """
@@ -273,6 +329,9 @@ class WrapperStateDictPrefix(Rule):
 
             for epoch in range(200):
                 test(epoch)
+
+            cpu_net = Net()
+            cpu_net.load_state_dict(torch.load("ckpt.pth", map_location="cpu")["net"])
             """,
             line=9,
         ),
@@ -284,6 +343,11 @@ class WrapperStateDictPrefix(Rule):
             def train(model, loader, path):
                 torch.save(model.state_dict(), path)
 
+            def evaluate(path):
+                model = Net()
+                model.load_state_dict(torch.load(path))
+                return model
+
             train(nn.DataParallel(Net()).cuda(), loader, "ckpt.pt")
             """,
             line=5,
@@ -291,7 +355,7 @@ class WrapperStateDictPrefix(Rule):
         Invalid(
             """
             import torch
-            checkpoint = torch.load("ckpt.pt", map_location="cpu")
+            checkpoint = torch.load(args.resume, map_location="cpu")
             state = {".".join(k.split(".")[1:]): v for k, v in checkpoint["state_dict"].items()}
             """,
             line=3,
@@ -309,48 +373,213 @@ class WrapperStateDictPrefix(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        makers = (f"{name}(" for name in ctx.project.wrap_makers | ctx.project.wrapper_receivers)
-        if any(wrap_text in ctx.source for wrap_text in ("DataParallel", "DDP", "self.")) or any(m in ctx.source for m in makers):
-            for points in scopes(ctx):
-                yield from self._saves(ctx, points)
+        for save in wrapper_saves(ctx):
+            if save.breaking is not None:
+                yield save.report(ctx, breaking=True)
         if _strips_by_hand(ctx.source):
             yield from _hand_stripping(ctx, ctx.module.body, "")
 
-    def _saves(self, ctx: FileContext, points: Iterable[Point]) -> Iterator[Report]:
-        # Variables holding a wrapper's state_dict (`state = {"model": model.state_dict()}`), until saved.
-        held: Dict[str, List[Tuple[cst.Call, str, FrozenSet[WrapSite], cst.CSTNode]]] = {}
-        for point in points:
-            small = point.statement
-            wrapped = {name: sites for name, sites in point.wrapped.items() if name not in point.handled}
-            if not wrapped and not held:
-                continue  # nothing here can save a wrapper's keys
-            for save in _save_calls(ctx, small):
-                for arg in save.args:
-                    for call, owner in _state_dict_calls(arg.value, wrapped):
-                        yield self._report(ctx, call, owner, wrapped[owner], small)
-                    for name in names_in(arg.value):
-                        for call, owner, sites, statement in held.pop(name, ()):
-                            yield self._report(ctx, call, owner, sites, statement)
-            target = _assigned_name(small)
-            if target is not None and not _save_calls(ctx, small):
-                found = [(call, owner, wrapped[owner], small) for call, owner in _state_dict_calls(small.value, wrapped)]
-                if found:
-                    held.setdefault(target, []).extend(found)
-                elif isinstance(small, cst.Assign) and all(isinstance(t.target, cst.Name) for t in small.targets):
-                    held.pop(target, None)  # rebound to something else
 
-    @staticmethod
-    def _report(ctx: FileContext, call: cst.Call, owner: str, sites: FrozenSet[WrapSite], statement) -> Report:
-        wrapper, where, unconditional = describe(sites, ctx)
+@dataclass(frozen=True)
+class _Save:
+    """`x.state_dict()` of a wrapper, saved; `breaking`: a load of the project that reads such a
+    checkpoint into the bare model and copes with no `module.` prefix (None: none in view)."""
+
+    call: cst.Call
+    owner: str
+    sites: FrozenSet[WrapSite]
+    statement: cst.CSTNode
+    breaking: Optional[Tuple[str, CheckpointLoad]]
+
+    def report(self, ctx: FileContext, breaking: bool) -> Report:
+        wrapper, where, unconditional = describe(self.sites, ctx)
         saves = "saves" if unconditional else "may save"
-        shown = ctx.short_code(call.func.value, 30) if owner.endswith("[]") else owner
-        message = f"`{shown}.state_dict()` {saves} `module.` keys ({wrapper} on {where})."
+        shown = ctx.short_code(self.call.func.value, 30) if self.owner.endswith("[]") else self.owner
+        fix = f'Save `getattr({shown}, "module", {shown}).state_dict()`, and load checkpoints into the model before wrapping it (or strip the prefix on load).'
+        if self.breaking is None:
+            return Report(node=self.call, message=f"`{shown}.state_dict()` {saves} `module.` keys ({wrapper} on {where}).", help=fix, statement=self.statement)
+        filename, load = self.breaking
+        reference = FileReference.to(filename, load.path, load.line)
+        model = f"a bare `{load.model}`" if load.model else "the bare model"
+        first = min(self.sites, key=lambda site: (site.path, site.line_in(ctx)))
+        place = f"{first.path}:{first.line}" if first.path else f"line {first.line_in(ctx)}"
         return Report(
-            node=call,
-            message=message,
-            help=f'Save `getattr({shown}, "module", {shown}).state_dict()`, the plain model\'s keys.',
-            statement=statement,
+            node=self.call,
+            message=f"`{shown}.state_dict()` {saves} `{PREFIX}` keys ({wrapper}, {place}), which {reference.text} loads into {model}.",
+            help=fix,
+            statement=self.statement,
+            references=(reference,),
         )
+
+
+def wrapper_saves(ctx: FileContext) -> List[_Save]:
+    """The file's saves of a wrapper's state dict (DPL303 reports those a load of the project breaks on,
+    DPL312 the others)."""
+    return ctx.memo("wrapper-saves", lambda: list(_wrapper_saves(ctx)))
+
+
+def _wrapper_saves(ctx: FileContext) -> Iterator[_Save]:
+    makers = (f"{name}(" for name in ctx.project.wrap_makers | ctx.project.wrapper_receivers)
+    if not (any(wrap_text in ctx.source for wrap_text in ("DataParallel", "DDP", "self.")) or any(m in ctx.source for m in makers)):
+        return
+    for points in scopes(ctx):
+        for call, owner, sites, statement in _saves(ctx, points):
+            yield _Save(call, owner, sites, statement, _breaking_load(ctx, sites))
+
+
+def _saves(ctx: FileContext, points: Iterable[Point]) -> Iterator[Tuple[cst.Call, str, FrozenSet[WrapSite], cst.CSTNode]]:
+    # Variables holding a wrapper's state_dict (`state = {"model": model.state_dict()}`), until saved.
+    held: Dict[str, List[Tuple[cst.Call, str, FrozenSet[WrapSite], cst.CSTNode]]] = {}
+    for point in points:
+        small = point.statement
+        wrapped = {name: sites for name, sites in point.wrapped.items() if name not in point.handled}
+        if not wrapped and not held:
+            continue  # nothing here can save a wrapper's keys
+        for save in _save_calls(ctx, small):
+            for arg in save.args:
+                for call, owner in _state_dict_calls(ctx, arg.value, wrapped):
+                    yield call, owner, wrapped[owner], small
+                for name in names_in(arg.value):
+                    yield from held.pop(name, ())
+        target = _assigned_name(small)
+        if target is not None and not _save_calls(ctx, small):
+            found = [(call, owner, wrapped[owner], small) for call, owner in _state_dict_calls(ctx, small.value, wrapped)]
+            if found:
+                held.setdefault(target, []).extend(found)
+            elif isinstance(small, cst.Assign) and all(isinstance(t.target, cst.Name) for t in small.targets):
+                held.pop(target, None)  # rebound to something else
+
+
+def _breaking_load(ctx: FileContext, sites: FrozenSet[WrapSite]) -> Optional[Tuple[str, CheckpointLoad]]:
+    """A load of the project that would read this save's keys into the bare model, strictly, with
+    nothing that copes with the prefix: one into the same class, or, where the class is unknown on
+    either side, one in the same folder; those of the same file first."""
+    classes = {_wrapped_class(ctx, site) for site in sites}
+    folder = os.path.dirname(ctx.filename)
+    helpers = ctx.project.prefix_helpers
+    candidates = []
+    for filename, load in ctx.project.checkpoint_loads:
+        if load.into_wrapper or load.handles_prefix or not helpers.isdisjoint(load.through):
+            continue
+        related = load.model in classes if load.model and "" not in classes else os.path.dirname(filename) == folder
+        if related:
+            candidates.append((filename, load))
+    return min(candidates, key=lambda found: (found[0] != ctx.filename, found[0], found[1].line), default=None)
+
+
+def _wrapped_class(ctx: FileContext, site: WrapSite) -> str:
+    """The class of the model a wrap of this file wraps, as the project facts read it ("" unknown)."""
+    facts = ctx.project.files.get(ctx.filename)
+    if site.path or facts is None:
+        return ""
+    line = site.line_in(ctx)
+    return next((wrap.class_name for wrap in facts.wraps if wrap.line == line), "")
+
+
+class WrapperStateDictSaved(Rule):
+    """
+    ## What it does
+    Advice, off by default: a `DataParallel` or `DistributedDataParallel` wrapper's `state_dict()`
+    saved (as DPL303 finds it), where no load of the project reads such a checkpoint into the bare
+    model. DPL303 reports the saves that a load in view breaks on; this one, the rest.
+
+    ## Why is this bad?
+    The checkpoint's keys all start with `module.`. Every loader of this project copes (it wraps the
+    model first, or strips the prefix), but a plain model elsewhere (a demo, an export, another
+    project) cannot load the file as it is.
+
+    ## Example
+    ```python
+    model = nn.DataParallel(Net())
+    torch.save(model.state_dict(), "ckpt.pt")
+    ```
+
+    ## Use instead
+    ```python
+    model = nn.DataParallel(Net())
+    torch.save(model.module.state_dict(), "ckpt.pt")
+    ```
+
+    ## Known problems
+    As DPL303's: which loads read which checkpoint is judged by the model's class, or by the folder.
+    """
+
+    code = "DPL312"
+    name = "wrapper-state-dict-saved"
+    summary = "A wrapper's state_dict saved with `module.` keys (advice: every loader in view copes)."
+    severity = "warning"
+    enabled_by_default = False
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            model = nn.DataParallel(Net())
+            torch.save(model.module.state_dict(), "ckpt.pt")
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            if torch.cuda.device_count() > 1:
+                model = nn.DataParallel(model)
+            torch.save(getattr(model, "module", model).state_dict(), "ckpt.pt")
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            model = nn.DataParallel(Net())
+            torch.save(model.state_dict(), "ckpt.pt")
+            demo = Net()
+            demo.load_state_dict(torch.load("ckpt.pt"))  # a load that breaks: DPL303 reports the save
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            model = nn.DataParallel(Net())
+            torch.save(model.state_dict(), "ckpt.pt")
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(Net().cuda(rank), device_ids=[rank])
+            torch.save({"model": model.state_dict()}, "last.pt")
+            model.load_state_dict(torch.load("last.pt")["model"])  # resumed into the same wrapper
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def train(model, args):
+                if args.multi_gpu:
+                    model = nn.DataParallel(model)
+                torch.save(model.state_dict(), args.out)
+            """,
+            line=7,
+        ),
+    ]
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        return "state_dict" in text and "save" in text and WrapperStateDictPrefix().applies_to(text, module_classes, project)
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        for save in wrapper_saves(ctx):
+            if save.breaking is None:
+                yield save.report(ctx, breaking=False)
 
 
 def _save_calls(ctx: FileContext, small: cst.CSTNode) -> List[cst.Call]:
@@ -367,31 +596,49 @@ def _save_calls(ctx: FileContext, small: cst.CSTNode) -> List[cst.Call]:
 
 
 class _StateDictCollector(cst.CSTVisitor):
-    """`x.state_dict()` where `x` may be a wrapper, not inside `m.module if ... else m`."""
+    """`x.state_dict()` where `x` may be a wrapper, not inside `m.module if ... else m`, nor in the
+    branch of a conditional expression whose condition excludes every wrap of `x`
+    (`model.module.state_dict() if multi_gpu else model.state_dict()`)."""
 
-    def __init__(self, wrapped: Mapping[str, object]) -> None:
+    def __init__(self, ctx: FileContext, wrapped: Mapping[str, FrozenSet[WrapSite]]) -> None:
+        self.ctx = ctx
         self.wrapped = wrapped
         self.skipped: List[Set[str]] = []
         self.found: List[Tuple[cst.Call, str]] = []
+        self.branches: Dict[int, Tuple[Tuple[str, bool], ...]] = {}  # id of a branch's node → the conditions there
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self.skipped.append(handled_names(node))
+        outer = self.branches.get(id(node), ())
+        test, holds = WrapFlow(self.ctx)._condition(node.test)
+        self.branches[id(node.body)] = (*outer, (test, holds))
+        self.branches[id(node.orelse)] = (*outer, (test, not holds))
 
     def leave_IfExp(self, original_node: cst.IfExp) -> None:
         self.skipped.pop()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        conditions = self.branches.get(id(node))
+        if conditions is not None:
+            for child in child_nodes(node):
+                self.branches.setdefault(id(child), conditions)
+        return super().on_visit(node)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "state_dict":
             owner = holder(func.value)
-            if owner is not None and owner in self.wrapped and not any(owner in names for names in self.skipped):
+            if owner is None or owner not in self.wrapped or any(owner in names for names in self.skipped):
+                return
+            conditions = self.branches.get(id(node), ())
+            if any(site.possible_under(conditions) for site in self.wrapped[owner]):
                 self.found.append((node, owner))
 
 
-def _state_dict_calls(node: Optional[cst.CSTNode], wrapped: Mapping[str, object]) -> List[Tuple[cst.Call, str]]:
+def _state_dict_calls(ctx: FileContext, node: Optional[cst.CSTNode], wrapped: Mapping[str, FrozenSet[WrapSite]]) -> List[Tuple[cst.Call, str]]:
     if node is None or not wrapped:
         return []
-    collector = _StateDictCollector(wrapped)
+    collector = _StateDictCollector(ctx, wrapped)
     run_visitor(node, collector)
     return collector.found
 
@@ -409,13 +656,22 @@ def _assigned_name(small: cst.BaseSmallStatement) -> Optional[str]:
     return target.value if isinstance(target, cst.Name) else None
 
 
-def _hand_stripping(ctx: FileContext, body: Body, context: str) -> Iterator[Report]:
+def _hand_stripping(
+    ctx: FileContext, body: Body, context: str, function: Optional[cst.FunctionDef] = None, top: Optional[cst.CSTNode] = None
+) -> Iterator[Report]:
     """Stripping expressions in the statements of a body; `context` is the text of the enclosing
-    `if` tests and loop headers (a `k.startswith("module.")` guard, a `for k, v in state.items()`)."""
+    `if` tests and loop headers (a `k.startswith("module.")` guard, a `for k, v in state.items()`),
+    `function` the function they are in (None: the module's top level, where `top` is the top-level
+    statement they are in)."""
     for statement in body:
+        if function is None and body is ctx.module.body:
+            top = statement
         if isinstance(statement, (cst.SimpleStatementLine, cst.BaseSmallStatement)):
             for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else (statement,):
-                for node, problem in _strippings(ctx, small, context):
+                # A function's own text tells whether it tests the prefix, and what it loads; at the top
+                # level, the statement around it does the first, the whole file the second.
+                scope = ctx.code(function) if function is not None else ctx.code(top) if top is not None else ctx.code(small)
+                for node, problem in _strippings(ctx, small, context, scope, ctx.code(function) if function is not None else ctx.source):
                     yield Report(node=node, message=problem, help=_STRIP_HELP, statement=small)
         elif isinstance(statement, cst.BaseCompoundStatement):
             header = ""
@@ -424,8 +680,9 @@ def _hand_stripping(ctx: FileContext, body: Body, context: str) -> Iterator[Repo
             elif isinstance(statement, cst.For):
                 header = ctx.code(statement.iter)
             inner = "" if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) else f"{context} {header}"
+            within = statement if isinstance(statement, cst.FunctionDef) else function
             for block in child_blocks(statement):
-                yield from _hand_stripping(ctx, block, inner)
+                yield from _hand_stripping(ctx, block, inner, within, top)
 
 
 _STRIP_HELP = 'Use `consume_prefix_in_state_dict_if_present(state_dict, "module.")` from `torch.nn.modules.utils`.'
@@ -433,11 +690,18 @@ _STRIP_HELP = 'Use `consume_prefix_in_state_dict_if_present(state_dict, "module.
 
 # A test that the key carries the prefix: `k.startswith("module.")`, `k[:7] == "module."`.
 _GUARD = re.compile(r"""(?:startswith\(\s*|\[\s*:\s*(?:7|len\([^)]*\))\s*\]\s*==\s*)["'](?P<prefix>module[^"']*)["']""")
+# A test of the prefix anywhere in the function: `head = k[:7]; if head == "module.":`, `if "module" in k:`,
+# an early return when the first key lacks it (`if not next(iter(sd)).startswith("module."): return sd`).
+_TESTS_PREFIX = re.compile(r"""startswith\(\s*["']module|==\s*["']module\.?["']|["']module\.?["']\s*==|["']module\.?["']\s+(?:not\s+)?in\b""")
+# Every checkpoint the function reads is a file named in the code (a released checkpoint, whose keys are known).
+_LOADS = re.compile(r"""torch\.load\(\s*(?P<literal>[rbu]?["'])?""")
 # The stripped key kept only where the model has it: `{k[7:]: v for k, v in sd.items() if k[7:] in own}`.
 _CHECKED_AGAINST_KEYS = re.compile(r"""\[\s*(?:7|len\(\s*["']module\.["']\s*\))\s*:\s*\]\s+in\s""")
 
 
-def _strippings(ctx: FileContext, small: cst.CSTNode, context: str) -> Iterator[Tuple[cst.CSTNode, str]]:
+def _strippings(ctx: FileContext, small: cst.CSTNode, context: str, guard_text: str, loads_text: str) -> Iterator[Tuple[cst.CSTNode, str]]:
+    """The problems of the strips in one statement: `guard_text` is where a prefix test covers it (its
+    function), `loads_text` where the checkpoints it strips are read."""
     collector = _StrippingCollector()
     run_visitor(small, collector)
     text = f"{context} {ctx.code(small)}"
@@ -453,20 +717,28 @@ def _strippings(ctx: FileContext, small: cst.CSTNode, context: str) -> Iterator[
             continue  # `line[7:]`, `name.replace("module", "")` outside a state dict's keys
         if prefix not in ("module.", None):
             yield node, f'`{code}` does not strip the wrapper\'s prefix, which is `"module."`, not `"{prefix}"`.'
-        elif kind == "slice":
-            if guard is None and _CHECKED_AGAINST_KEYS.search(text) is None:
-                yield node, f"`{code}` cuts 7 characters off every key, with or without the `module.` prefix."
-            elif guard is not None and guard["prefix"] not in ("module.", "module"):  # a guarded strip that works is left alone
+        elif kind in ("slice", "first part"):
+            if kind == "first part" and _STATE_DICT_KEYS.search(text) is None:
+                continue
+            if guard is not None and guard["prefix"] not in ("module.", "module"):
                 yield node, f'`{code}` never runs on a wrapper\'s keys: the guard tests `"{guard["prefix"]}"`, not `"module."`.'
-        elif kind == "replace":
-            yield node, f"`{code}` also rewrites keys that contain `module.` further in (`submodule.`)."
-        elif kind == "split":
-            yield node, f"`{code}` also cuts keys at a `module.` further in (`submodule.`)."
-        elif kind == "first part":
-            if _STATE_DICT_KEYS.search(text) is not None:
-                yield node, f"`{code}` drops the first part of every key, with or without the `module.` prefix."
+            elif guard is None and _CHECKED_AGAINST_KEYS.search(text) is None and not _TESTS_PREFIX.search(f"{text} {guard_text}"):
+                if not _reads_only_named_files(loads_text):
+                    cut = "cuts 7 characters off" if kind == "slice" else "drops the first part of"
+                    yield node, f"`{code}` {cut} every key, with or without the `module.` prefix."
+        elif kind in ("replace", "split"):
+            inner = sorted(ctx.project.module_attributes)
+            if inner:  # a key with `module.` further in exists in this project
+                verb = "rewrites" if kind == "replace" else "cuts"
+                yield node, f"`{code}` also {verb} keys that contain `module.` further in (this project's `{inner[0]}.`)."
         elif kind == "lstrip":
             yield node, f"`{code}` strips the characters of `module.`, not the prefix (`module.mlp.w` → `p.w`)."
+
+
+def _reads_only_named_files(function_text: str) -> bool:
+    """Whether every `torch.load` of the function reads a file named by a literal (a released checkpoint)."""
+    loads = list(_LOADS.finditer(function_text))
+    return bool(loads) and all(load["literal"] for load in loads)
 
 
 def _prefix_string(node: cst.BaseExpression) -> Optional[str]:

@@ -79,6 +79,19 @@ def test_a_custom_sampler_defining_set_epoch_counts_as_stepping(tmp_path):
     assert codes(lint(tmp_path)) == []
 
 
+def test_a_sibling_program_setting_the_epoch_does_not_cover_another(tmp_path):
+    # Both scripts build their loader with data.py's sampler; only one of them steps it.
+    write(tmp_path, "data.py", DATA)
+    write(tmp_path, "train.py", TRAIN.format(set_epoch="loader.sampler.set_epoch(epoch)") + "\nmain(load(), build())\n")
+    assert codes(lint(tmp_path)) == []
+    write(tmp_path, "finetune.py", TRAIN.format(set_epoch="pass") + "\nmain(load(), build())\n")
+    assert codes(lint(tmp_path)) == [("data.py", 5, "DPL501")]
+    # A test that steps it is no program of the scripts' either.
+    write(tmp_path, "finetune.py", TRAIN.format(set_epoch="pass") + "\nmain(load(), build())\n")
+    write(tmp_path, "test_data.py", "from data import build_loader\n\ndef test_order():\n    build_loader(range(8)).sampler.set_epoch(1)\n")
+    assert codes(lint(tmp_path)) == [("data.py", 5, "DPL501")]
+
+
 def test_two_projects_linted_together_keep_their_own_facts(tmp_path):
     # The same module names in two folders: the set_epoch of one must not silence the other.
     write(tmp_path, "good/data.py", DATA)
@@ -88,7 +101,7 @@ def test_two_projects_linted_together_keep_their_own_facts(tmp_path):
     assert codes(lint(tmp_path)) == [(os.path.join("bad", "data.py"), 5, "DPL501")]
 
 
-def test_a_module_joins_the_program_of_the_script_that_imports_it(tmp_path):
+def test_a_module_joins_the_program_of_the_script_that_calls_it(tmp_path):
     engine = """
     import torch
 
@@ -101,6 +114,8 @@ def test_a_module_joins_the_program_of_the_script_that_imports_it(tmp_path):
     write(tmp_path, "engine.py", engine)
     assert codes(lint(tmp_path)) == []  # no process group: a single-process program
     write(tmp_path, "train.py", "import torch.distributed as dist\nfrom engine import fit\ndist.init_process_group('gloo')\n")
+    assert codes(lint(tmp_path)) == []  # imported, never called: `fit` is not part of this program
+    write(tmp_path, "train.py", "import torch.distributed as dist\nfrom engine import fit\ndist.init_process_group('gloo')\nfit(model, loader, 3)\n")
     assert codes(lint(tmp_path)) == [("engine.py", 8, "DPL505")]
 
 
@@ -108,6 +123,8 @@ def test_an_unsharded_training_loader_in_a_data_module_of_a_ddp_program(tmp_path
     write(tmp_path, "data.py", "from torch.utils.data import DataLoader\n\ndef loader(ds):\n    return DataLoader(ds, shuffle=True)\n")
     assert codes(lint(tmp_path)) == []
     write(tmp_path, "train.py", "from torch.nn.parallel import DistributedDataParallel as DDP\nimport data\nmodel = DDP(net)\n")
+    assert codes(lint(tmp_path)) == []  # imported, never called: not part of the program
+    write(tmp_path, "train.py", "from torch.nn.parallel import DistributedDataParallel as DDP\nimport data\nmodel = DDP(net)\ntrain_loader = data.loader(ds)\n")
     assert codes(lint(tmp_path)) == [("data.py", 4, "DPL503")]
 
 

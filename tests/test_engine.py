@@ -148,9 +148,9 @@ def test_libcst_parses_only_files_whose_code_has_what_a_rule_needs(tmp_path, mon
     parse_libcst = engine.parse_libcst
     monkeypatch.setattr(engine, "parse_libcst", lambda text, tree: parsed.append(text) or parse_libcst(text, tree))
     # DPL101's text trigger matches a docstring's example and a continuation line; the outline sees
-    # that neither is a statement. Likewise a rank condition only in a comment for DPL507.
+    # that neither is a statement. Likewise a condition only in a comment for DPL507.
     write(tmp_path, "docs.py", 'import torch\n"""Move it:\n    x.cuda()\n"""\ny = f(\n    x.cuda(),\n)\n')
-    write(tmp_path, "barrier.py", "import torch.distributed as dist\nif ready:  # rank 0 only\n    dist.barrier()\n")
+    write(tmp_path, "barrier.py", "import torch.distributed as dist\n# if rank == 0: dist.barrier() would hang\ndist.barrier()\n")
     write(tmp_path, "pyproject.toml", "[tool.dplint]\npreview = true\n")  # DPL507 is a preview rule
     write(tmp_path, "real.py", "import torch\nx = torch.zeros(3)\nx.cuda()\n")
     result = lint(tmp_path, cache=False, jobs=1)
@@ -159,11 +159,11 @@ def test_libcst_parses_only_files_whose_code_has_what_a_rule_needs(tmp_path, mon
 
 
 def test_the_outline_keeps_every_rank_condition_the_rule_recognises(tmp_path):
-    # `is_main` is a rank predicate to DPL507 though not one of its trigger's words; the trigger
-    # passes this file on the comment, and the outline must not drop it for the comment's sake.
-    write(tmp_path, "save.py", "import torch.distributed as dist\n# if rank 0: save\nif is_main:\n    dist.barrier()\n")
+    # `is_main` holds a test on the rank (its value, not its name, makes it one); the outline must
+    # not drop the file for the comment's sake.
+    write(tmp_path, "save.py", "import torch.distributed as dist\n# if rank 0: save\nis_main = dist.get_rank() == 0\nif is_main:\n    dist.barrier()\n")
     write(tmp_path, "pyproject.toml", "[tool.dplint]\npreview = true\n")  # DPL507 is a preview rule
-    assert codes(lint(tmp_path, cache=False, jobs=1)) == [("save.py", 4, "DPL507")]
+    assert codes(lint(tmp_path, cache=False, jobs=1)) == [("save.py", 5, "DPL507")]
 
 
 def test_parallel_run_gives_the_serial_findings(tmp_path):
@@ -263,7 +263,7 @@ def test_wrapped_class_resolved_through_package_reexports_and_relative_imports(t
 
 
 def test_relative_imports_resolve_against_the_package():
-    from dplint.analysis.facts import absolute_module
+    from dplint.analysis.modules import absolute_module
 
     assert absolute_module("pkg.sub", 0, "torch") == "torch"
     assert absolute_module("pkg.sub", 1, "models") == "pkg.sub.models"
@@ -398,7 +398,7 @@ def test_positions_equal_libcsts_metadata_wrapper(fixture: str) -> None:
     """Findings are located by `positions_of`, a shortcut through libcst's PositionProvider."""
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from dplint.context import positions_of
+    from dplint.analysis.context import positions_of
 
     module = cst.parse_module((ROOT / fixture).read_text())
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)

@@ -14,7 +14,7 @@ import pytest
 
 from dplint import lint_source
 from dplint.api import lint_paths
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.analysis.facts import ProjectFacts, collect_file_facts
 from dplint.analysis.inference import Inference
 

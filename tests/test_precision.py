@@ -850,7 +850,18 @@ DPL303_CASES = {
         state = {"net": model.state_dict(), "epoch": 3}
         torch.save(state, "b.pt")
         """,
-        [(5, "DPL303"), (8, "DPL303")],
+        [(5, "DPL312"), (8, "DPL312")],
+    ),
+    "a save is DPL303 where a load of the project reads it into the bare model": (
+        """
+        import torch
+        import torch.nn as nn
+        model = nn.DataParallel(Net()).cuda()
+        torch.save(model.state_dict(), "a.pt")
+        plain = Net()
+        plain.load_state_dict(torch.load("a.pt"))
+        """,
+        [(4, "DPL303")],
     ),
     "a state_dict kept in memory is not a checkpoint": (
         """
@@ -891,7 +902,7 @@ DPL303_CASES = {
             def checkpoint(self, path):
                 self.save_checkpoint({"model": self.model.state_dict()}, path)
         """,
-        [(10, "DPL303")],
+        [(10, "DPL312")],
     ),
     "FSDP keys carry no prefix": (
         """
@@ -906,7 +917,7 @@ DPL303_CASES = {
         """
         import torch
         from collections import OrderedDict
-        state = torch.load("ckpt.pt")["state_dict"]
+        state = torch.load(args.checkpoint)["state_dict"]
         a = {k[7:]: v for k, v in state.items()}
         b = {k[len("module."):]: v for k, v in state.items()}
         c = OrderedDict((k.split("module.", 1)[-1], v) for k, v in state.items())
@@ -922,7 +933,39 @@ DPL303_CASES = {
         h = {k[7:]: v for k, v in state.items() if k[7:] in model.state_dict()}
         i = {k[7:]: v for k, v in state.items() if len(k[7:]) > 0}
         """,
-        [(4, "DPL303"), (5, "DPL303"), (6, "DPL303"), (7, "DPL303"), (13, "DPL303"), (14, "DPL303"), (17, "DPL303")],
+        [(4, "DPL303"), (5, "DPL303"), (7, "DPL303"), (13, "DPL303"), (14, "DPL303"), (17, "DPL303")],
+    ),
+    "split and replace cut only where a key holds `module.` further in: a submodule named so": (
+        """
+        import torch
+        import torch.nn as nn
+        state = torch.load(args.checkpoint)["state_dict"]
+        a = {k.split("module.", 1)[-1]: v for k, v in state.items()}
+        b = {k.replace("module.", ""): v for k, v in state.items()}
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.submodule = nn.Linear(4, 4)
+        """,
+        [(4, "DPL303"), (5, "DPL303")],
+    ),
+    "a strip of a checkpoint named in the code, or of one tested for the prefix, is left alone": (
+        """
+        import torch
+        from collections import OrderedDict
+
+        def released(net):
+            state = torch.load("resnet50_imagenet_dp.pth")["state_dict"]
+            net.load_state_dict({k[7:]: v for k, v in state.items()})
+
+        def checked(path):
+            state = torch.load(path)
+            if not next(iter(state)).startswith("module."):
+                return state
+            return {k[7:]: v for k, v in state.items()}
+        """,
+        [],
     ),
     "a module-level wrapper a function reads when the module calls it": (
         """
@@ -940,7 +983,7 @@ DPL303_CASES = {
         for epoch in range(3):
             test(epoch)
         """,
-        [(10, "DPL303")],
+        [(10, "DPL312")],
     ),
     "a module-level name a function binds itself, reads before the wrap, or that has other callers": (
         """
@@ -986,7 +1029,7 @@ DPL303_CASES = {
             save(model, "a.pt")
             save(path="b.pt", model=model.cuda())
         """,
-        [(5, "DPL303")],
+        [(5, "DPL312")],
     ),
     "a parameter some call passes a plain model, or that is copied on the other branch of the wrap's test": (
         """
@@ -1027,7 +1070,8 @@ DPL303_CASES = {
 
 @pytest.mark.parametrize("source, expected", DPL303_CASES.values(), ids=DPL303_CASES.keys())
 def test_wrapper_state_dict_prefix(source, expected):
-    assert findings(source, ["DPL303"]) == expected
+    # DPL312 is the advice half of the save check: a save no load in view breaks on.
+    assert findings(source, ["DPL303", "DPL312"]) == expected
 
 
 def test_state_dict_message_says_only_what_the_path_shows():
@@ -1040,10 +1084,25 @@ def test_state_dict_message_says_only_what_the_path_shows():
     net = nn.DataParallel(net)
     torch.save(net.state_dict(), "b.pt")
     """
-    first, second = lint_source(textwrap.dedent(source).lstrip("\n"), "case.py", select=["DPL303"])
+    first, second = lint_source(textwrap.dedent(source).lstrip("\n"), "case.py", select=["DPL312"])
     assert first.message == "`model.state_dict()` may save `module.` keys (DataParallel on line 4 if `args.multi_gpu`)."
     assert second.message == "`net.state_dict()` saves `module.` keys (DataParallel on line 6)."
     assert (first.location.row, first.location.column) == (5, 12)
+
+
+def test_a_save_that_a_load_breaks_on_names_the_load():
+    source = """
+    import torch
+    import torch.nn as nn
+    model = nn.DataParallel(Net())
+    torch.save(model.state_dict(), "a.pt")
+    demo = Net()
+    demo.load_state_dict(torch.load("a.pt"))
+    """
+    [finding] = lint_source(textwrap.dedent(source).lstrip("\n"), "case.py", select=["DPL303", "DPL312"])
+    assert finding.code == "DPL303"
+    assert finding.message == "`model.state_dict()` saves `module.` keys (DataParallel, line 3), which case.py:6 loads into a bare `Net`."
+    assert "load checkpoints into the model before wrapping it" in finding.help
 
 
 DPL304_CASES = {
@@ -1371,7 +1430,7 @@ WRAP_FORMS_CASES = {
         model.fc
         torch.save(model.state_dict(), "m.pt")
         """,
-        [(9, "DPL302"), (10, "DPL303")],
+        [(9, "DPL302"), (10, "DPL312")],
     ),
     "DPL302/303: a wrap that the function decides by its own parameter is each caller's, unknown here": (
         """
@@ -1425,7 +1484,7 @@ WRAP_FORMS_CASES = {
         print(trainer.model.fc)
         torch.save(trainer.model.state_dict(), "x.pt")
         """,
-        [(7, "DPL302"), (8, "DPL303")],
+        [(7, "DPL302"), (8, "DPL312")],
     ),
     "DPL302: a wrap made in another method is not assumed from outside": (
         """
@@ -1480,7 +1539,7 @@ WRAP_FORMS_CASES = {
 
 @pytest.mark.parametrize("source, expected", WRAP_FORMS_CASES.values(), ids=WRAP_FORMS_CASES.keys())
 def test_wraps_however_written(source, expected):
-    assert findings(source, ["DPL103", "DPL302", "DPL303"]) == expected
+    assert findings(source, ["DPL103", "DPL302", "DPL303", "DPL312"]) == expected
 
 
 DDP_FORWARD_CASES = {
@@ -1521,9 +1580,10 @@ STRIPPING_FORMS_CASES = {
     "the unbound `str.replace` and the first dotted part dropped, over a state dict's keys": (
         """
         import torch
-        checkpoint = torch.load("ckpt.pt")
+        checkpoint = torch.load(args.checkpoint)
         a = {str.replace(k, "module.", ""): v for k, v in checkpoint["state_dict"].items()}
         b = {".".join(k.split(".")[1:]): v for k, v in checkpoint["state_dict"].items()}
+        self.submodule = Block()  # keys with `submodule.` further in: `replace` cuts them
         """,
         [(3, "DPL303"), (4, "DPL303")],
     ),

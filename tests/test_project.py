@@ -182,8 +182,8 @@ def test_a_wrapper_returned_or_held_by_an_object_of_another_file_is_followed(tmp
         "import torch\nfrom engine.parallel import Trainer, build\n\n"
         "model = build(Net())\nmodel.fc\ntrainer = Trainer(Net())\ntorch.save({'state_dict': trainer.net.state_dict()}, 'a.pt')\n",
     )
-    result = dplint("--no-cache", "--select", "DPL302,DPL303", "train.py", cwd=tmp_path)
-    assert codes(result) == ["train.py:5:1 DPL302", "train.py:7:27 DPL303"]
+    result = dplint("--no-cache", "--select", "DPL302,DPL303,DPL312", "train.py", cwd=tmp_path)
+    assert codes(result) == ["train.py:5:1 DPL302", "train.py:7:27 DPL312"]
     assert "(`build()`, engine/parallel.py:5)" in result.stdout
 
 
@@ -199,17 +199,17 @@ def wrapper_passed(tmp_path, engine=ENGINE, **files):
     write(tmp_path, "main.py", "import torch.nn as nn\nfrom engine import train\n\nmodel = nn.DataParallel(Net()).cuda()\ntrain(model, loader)\n")
     for name, text in files.items():
         write(tmp_path, f"{name}.py", text)
-    return dplint("--no-cache", "--select", "DPL303", ".", cwd=tmp_path)
+    return dplint("--no-cache", "--select", "DPL303,DPL312", ".", cwd=tmp_path)
 
 
 def test_a_wrapper_every_call_passes_to_a_function_of_another_file_is_followed(tmp_path):
-    assert codes(wrapper_passed(tmp_path)) == ["engine.py:7:16 DPL303"]
+    assert codes(wrapper_passed(tmp_path)) == ["engine.py:7:16 DPL312"]
     result = wrapper_passed(
         tmp_path,
         finetune="import torch.nn as nn\nimport engine\n\n\ndef run(args):\n    net = Net()\n    if args.ngpu > 1:\n"
         "        net = nn.DataParallel(net)\n    engine.train(loader=data, model=net)\n",
     )
-    assert codes(result) == ["engine.py:7:16 DPL303"], result.stdout
+    assert codes(result) == ["engine.py:7:16 DPL312"], result.stdout
     assert "may save `module.` keys (DataParallel on " in result.stdout
 
 
@@ -241,6 +241,6 @@ def test_a_function_a_package_re_exports_is_not_followed(tmp_path):
     write(tmp_path, "cls/engine.py", ENGINE)
     write(tmp_path, "cls/main.py", "import torch.nn as nn\nfrom .engine import train\n\ntrain(nn.DataParallel(Net()), loader)\n")
     write(tmp_path, "pyproject.toml", "[project]\nname = 'cls'\n")
-    assert codes(dplint("--no-cache", "--select", "DPL303", ".", cwd=tmp_path)) == []
+    assert codes(dplint("--no-cache", "--select", "DPL303,DPL312", ".", cwd=tmp_path)) == []
     write(tmp_path, "cls/__init__.py", "")
-    assert codes(dplint("--no-cache", "--select", "DPL303", ".", cwd=tmp_path)) == ["cls/engine.py:7:16 DPL303"]
+    assert codes(dplint("--no-cache", "--select", "DPL303,DPL312", ".", cwd=tmp_path)) == ["cls/engine.py:7:16 DPL312"]

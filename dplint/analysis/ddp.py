@@ -13,9 +13,9 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tup
 import libcst as cst
 
 from dplint.analysis.facts import DistributedProgram, FileFacts, scan_distributed, scan_imports
-from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, descendants, dotted, iter_calls, names_in, signed_integer_value
+from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_calls, iter_small_statements, names_in
 from dplint.analysis.patterns import GuardedPattern
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 
 DISTRIBUTED = "torch.distributed"
 DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
@@ -123,21 +123,21 @@ def collective_calls(text: str) -> CollectiveCalls:
 USES_DISTRIBUTED = GuardedPattern(
     r"distributed|FSDP|fully_shard", ["istributed", "ISTRIBUTED", "FSDP", "fsdp", "Fsdp", "ully_shard", "ULLY_SHARD"], re.IGNORECASE, one_line=True
 )
-# An identifier naming the rank or a rank-zero predicate: `rank`, `local_rank`, `dist.get_rank`,
-# `is_main_process`, `master_process`, `trainer.is_global_zero`, `rank_zero_only`.
-_RANK_WORD = re.compile(
-    r"(?:^|_)rank(?:$|_|0)|is_global_zero|(?:^|_)(?:main|master)_process$|^is_(?:main|master)$|^rank0$",
-    re.I,
-)
-# A name whose truth value differs between ranks: the rank itself, or a rank-zero predicate. (Flags
-# such as `args.eval_on_rank0` are the same on every rank.)
-_RANK_PREDICATE = re.compile(
-    r"^(?:(?:local_|global_|node_|ddp_)?rank|get_(?:local_|global_)?rank|(?:is_)?(?:local_)?(?:main|master)(?:_process|_rank)?"
-    r"|is_global_zero|is_local_zero|is_rank_?(?:0|zero)|rank_?(?:0|zero))$",
-    re.I,
-)
-_RANK_ZERO_DECORATOR = re.compile(r"rank_?zero|rank0|master_only|main_process_only|on_main_process", re.I)
 _EVALUATION_WORD = re.compile(r"(?:^|_)(?:val|valid|validation|eval|evaluation|test|dev|holdout)(?:$|_|\d)", re.I)
+
+
+def mentions(expr: cst.CSTNode, pattern: "re.Pattern[str]") -> bool:
+    """Whether any name or attribute in `expr` matches `pattern`."""
+    return any(pattern.search(word) for word in names_in(expr))
+
+
+def looks_like_evaluation(expr: cst.CSTNode) -> bool:
+    """Whether a loader's dataset is named for evaluation (`val_dataset`, `args.test_data`)."""
+    return mentions(expr, _EVALUATION_WORD)
+
+
+def is_evaluation_name(name: str) -> bool:
+    return any(_EVALUATION_WORD.search(part) for part in name.split("."))
 
 
 def collective_name(ctx: FileContext, call: cst.Call) -> Optional[str]:
@@ -169,217 +169,7 @@ def is_literal(expr: Optional[cst.BaseExpression], value: object) -> bool:
     return False
 
 
-def mentions(expr: cst.CSTNode, pattern: "re.Pattern[str]") -> bool:
-    """Whether any name or attribute in `expr` matches `pattern`."""
-    return any(pattern.search(word) for word in names_in(expr))
-
-
-def names_a_rank(word: str) -> bool:
-    """Whether an identifier can make an `if` test or a decorator rank-dependent, by what `is_rank_test`
-    and `is_rank_zero_decorated` look for."""
-    return bool(_RANK_WORD.search(word) or _RANK_PREDICATE.match(word) or _RANK_ZERO_DECORATOR.search(word))
-
-
-def looks_like_evaluation(expr: cst.CSTNode) -> bool:
-    return mentions(expr, _EVALUATION_WORD)
-
-
-def is_evaluation_name(name: str) -> bool:
-    return any(_EVALUATION_WORD.search(part) for part in name.split("."))
-
-
-@dataclass(frozen=True)
-class RankKnowledge:
-    """What a file shows about ranks beyond the rank words: identifiers that hold a rank (`gpu`, spawn's
-    process index; `self.gpu_id = int(os.environ["LOCAL_RANK"])`; a path built from one), identifiers that
-    hold a rank test (`save_to_disk = get_rank() == 0`), and functions that return one (`is_primary()`,
-    from any file of the project)."""
-
-    values: FrozenSet[str] = frozenset()
-    flags: FrozenSet[str] = frozenset()
-    predicates: FrozenSet[str] = frozenset()
-
-    def mentions_rank(self, expr: cst.CSTNode) -> bool:
-        words = names_in(expr)
-        return not self.values.isdisjoint(words) or any(_RANK_WORD.search(word) for word in words)
-
-
-NO_KNOWLEDGE = RankKnowledge()
-_RANK_VARIABLE = re.compile(r"RANK|PROCID")  # LOCAL_RANK, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK
-_SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "torch.multiprocessing.spawn.spawn"})
-_DEVICE_MOVES = frozenset({"to", "cuda"})
-
-
-def rank_knowledge(ctx: FileContext) -> RankKnowledge:
-    return ctx.memo("rank-knowledge", lambda: _rank_knowledge(ctx))
-
-
-def _rank_knowledge(ctx: FileContext) -> RankKnowledge:
-    functions: Dict[str, cst.FunctionDef] = {}
-    assignments: List[Tuple[List[str], cst.BaseExpression]] = []
-    values: Set[str] = set()
-    spawned: List[str] = []
-    calls: List[cst.Call] = []  # `Trainer(model, loader, rank)`, `train(args, gpu)`: a rank may be passed on
-    classes: Dict[str, cst.ClassDef] = {}
-    for node in descendants(ctx.module):
-        if isinstance(node, cst.FunctionDef):
-            functions.setdefault(node.name.value, node)
-        elif isinstance(node, cst.ClassDef):
-            classes.setdefault(node.name.value, node)
-        elif isinstance(node, cst.Assign):
-            assignments.append(([_last_name(t.target) for t in node.targets], node.value))
-        elif isinstance(node, cst.AnnAssign) and node.value is not None:
-            assignments.append(([_last_name(node.target)], node.value))
-        elif isinstance(node, cst.Call):
-            if ctx.qualify(node.func) in _SPAWNERS:
-                spawned.append(dotted(node.args[0].value) or "" if node.args else "")
-            elif isinstance(node.func, cst.Name):
-                calls.append(node)
-    for name in spawned:  # `mp.spawn(main_worker, ...)` passes each process its index first
-        target = functions.get(name.rpartition(".")[2])
-        if target is not None and parameter_names(target):
-            values.add(parameter_names(target)[0])
-    predicates = set(ctx.project.rank_predicates)
-    for name, function in functions.items():
-        returns = [n.value for n in _returns(function) if n.value is not None]
-        if not function.params.params and returns and all(is_rank_test(value) for value in returns):
-            predicates.add(name)
-    flags: Set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        known = RankKnowledge(frozenset(values), frozenset(flags), frozenset(predicates))
-        for targets, value in assignments:
-            before = len(flags) + len(values)
-            if is_rank_test(value, known):
-                flags.update(t for t in targets if t)
-            if _holds_rank(ctx, value, known):
-                values.update(t for t in targets if t)
-            changed = changed or len(flags) + len(values) != before
-        for call in calls:
-            before = len(values)
-            values.update(_parameters_given_a_rank(call, functions, classes, known))
-            changed = changed or len(values) != before
-    return RankKnowledge(frozenset(values), frozenset(flags), frozenset(predicates))
-
-
-def _parameters_given_a_rank(
-    call: cst.Call, functions: Dict[str, cst.FunctionDef], classes: Dict[str, cst.ClassDef], known: RankKnowledge
-) -> List[str]:
-    """The parameters of a function or class of this file that the call passes a rank."""
-    name = call.func.value if isinstance(call.func, cst.Name) else ""
-    function = functions.get(name)
-    params = parameter_names(function) if function is not None else []
-    if name in classes:
-        init = next((s for s in block_body(classes[name].body) if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
-        params = parameter_names(init)[1:] if init is not None else []
-    if not params:
-        return []
-    found = []
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    for param, arg in zip(params, positional):
-        if known.mentions_rank(arg.value):
-            found.append(param)
-    found.extend(arg.keyword.value for arg in call.args if arg.keyword is not None and known.mentions_rank(arg.value))
-    return found
-
-
-def _last_name(target: cst.BaseExpression) -> str:
-    """`gpu` for `gpu`, `gpu_id` for `self.gpu_id`; "" for a target that is neither."""
-    if isinstance(target, cst.Name):
-        return target.value
-    if isinstance(target, cst.Attribute):
-        return target.attr.value
-    return ""
-
-
-def _returns(function: cst.FunctionDef) -> Iterator[cst.Return]:
-    pending: List[cst.CSTNode] = [function.body]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, cst.Return):
-            yield node
-        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            pending.extend(child_nodes(node))
-
-
-def _holds_rank(ctx: FileContext, value: cst.BaseExpression, known: RankKnowledge) -> bool:
-    """Whether an assigned value is a rank, or built from one (`int(os.environ["LOCAL_RANK"])`,
-    `f"ckpt_{gpu}.pt"`, `args.rank % torch.cuda.device_count()`): not a tensor or model moved to it."""
-    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _DEVICE_MOVES:
-        return False
-    if isinstance(value, cst.Call) and ctx.qualify(value.func) in DDP:
-        return False
-    if known.mentions_rank(value):
-        return True
-    return any(
-        isinstance(node, cst.SimpleString) and _RANK_VARIABLE.search(node.value) for node in descendants(value)
-    )
-
-
-def is_rank_test(expr: cst.BaseExpression, known: RankKnowledge = NO_KNOWLEDGE) -> bool:
-    """Whether a condition can differ between the ranks of one job: `rank == 0`, `is_main_process()`,
-    `local_rank in (-1, 0)`. `local_rank == -1` and `rank is None` test the mode, the same on every rank."""
-    if isinstance(expr, cst.BooleanOperation):
-        return is_rank_test(expr.left, known) or is_rank_test(expr.right, known)
-    if isinstance(expr, cst.UnaryOperation):
-        return is_rank_test(expr.expression, known)
-    if isinstance(expr, cst.Comparison):
-        if not known.mentions_rank(expr):
-            return False
-        literals: List[int] = []
-        for target in expr.comparisons:
-            if is_literal(target.comparator, None):
-                return False
-            literals.extend(_int_literals(target.comparator))
-            if isinstance(target.operator, cst.GreaterThanEqual) and literals == [0]:
-                return False
-        return not literals or any(value >= 0 for value in literals)
-    if isinstance(expr, (cst.Name, cst.Attribute)):
-        word = expr.value if isinstance(expr, cst.Name) else expr.attr.value
-        return bool(_RANK_PREDICATE.match(word)) or word in known.flags or word in known.predicates
-    if isinstance(expr, cst.Call):
-        return isinstance(expr.func, (cst.Name, cst.Attribute)) and is_rank_test(expr.func, known)
-    return False
-
-
-def is_single_process_test(expr: cst.BaseExpression, known: RankKnowledge = NO_KNOWLEDGE) -> bool:
-    """`local_rank == -1` (alone or with `and`): true only when no process group runs, on no rank of a job."""
-    if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.And):
-        return is_single_process_test(expr.left, known) or is_single_process_test(expr.right, known)
-    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1 and known.mentions_rank(expr):
-        target = expr.comparisons[0]
-        return isinstance(target.operator, cst.Equal) and _int_literals(target.comparator) == [-1]
-    return False
-
-
-def _int_literals(expr: cst.BaseExpression) -> List[int]:
-    value = signed_integer_value(expr)
-    if value is not None:
-        return [value]
-    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
-        return [value for element in expr.elements for value in _int_literals(element.value)]
-    return []
-
-
-def is_rank_zero_decorated(function: cst.FunctionDef) -> bool:
-    for decorator in function.decorators:
-        target = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
-        name = dotted(target)
-        if name is not None and _RANK_ZERO_DECORATOR.search(name.rpartition(".")[2]):
-            return True
-    return False
-
-
-# ----- the statements of a scope, and whether every rank runs them ------------------------------------
-
-
-@dataclass(frozen=True)
-class Site:
-    """A small statement, and the rank condition it runs under (None: every rank that gets here runs it)."""
-
-    statement: cst.BaseSmallStatement
-    guard: Optional[cst.CSTNode]
+# ----- the statements of a scope --------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -405,38 +195,13 @@ def iter_scopes(module: cst.Module) -> Iterator[ScopeInfo]:
                 pending.extend((block, owner) for block in child_blocks(statement))
 
 
-def iter_sites(scope: ScopeInfo, known: RankKnowledge = NO_KNOWLEDGE) -> Iterator[Site]:
-    """Every small statement of the scope (not of nested functions), in source order, with its rank guard."""
-    guard = scope.node if scope.node is not None and is_rank_zero_decorated(scope.node) else None
-    yield from _sites(scope.body, guard, known)
-
-
-def _sites(body: Body, guard: Optional[cst.CSTNode], known: RankKnowledge) -> Iterator[Site]:
-    for statement in body:
-        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            continue
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                yield Site(small, guard)
-            continue
-        if isinstance(statement, cst.If) and is_single_process_test(statement.test, known):
-            # `if args.local_rank == -1: evaluate(...)`: its body runs in no distributed job.
-            if statement.orelse is not None:
-                yield from _sites(block_body(statement.orelse.body) if isinstance(statement.orelse, cst.Else) else [statement.orelse], guard, known)
-            continue
-        if isinstance(statement, cst.If) and guard is None and is_rank_test(statement.test, known):
-            for block in child_blocks(statement):
-                yield from _sites(block, statement, known)
-            if statement.orelse is None and exits(block_body(statement.body)):
-                # `if rank != 0: return`: what follows runs on some ranks only.
-                guard = statement
-            continue
-        if isinstance(statement, cst.BaseCompoundStatement):
-            for block in child_blocks(statement):
-                yield from _sites(block, guard, known)
+def iter_statements(scope: ScopeInfo) -> Iterator[cst.BaseSmallStatement]:
+    """Every small statement of the scope (not of nested functions), in source order."""
+    return iter_small_statements(scope.body, into_functions=False)
 
 
 def exits(body: Body) -> bool:
+    """Whether a block always leaves the code after it (`return`, `raise`, `sys.exit()`...)."""
     if not body:
         return False
     last = body[-1]
@@ -458,29 +223,19 @@ def calls_in(node: cst.CSTNode) -> List[cst.Call]:
     return list(iter_calls(node, into_lambdas=False))
 
 
-def scope_calls(scope: ScopeInfo, distributed: bool = False) -> List[cst.Call]:
-    """Every call in the scope's own statements, headers of compound statements included; with
-    `distributed`, only those a distributed job can run (not the body of `if local_rank == -1:`)."""
+def scope_calls(scope: ScopeInfo) -> List[cst.Call]:
+    """Every call in the scope's own statements, headers of compound statements included."""
     found: List[cst.Call] = []
     for statement in scope.body:
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
         if isinstance(statement, cst.BaseCompoundStatement):
-            found.extend(_compound_calls(statement, distributed))
+            for header in _headers(statement):
+                found.extend(calls_in(header))
+            for block in child_blocks(statement):
+                found.extend(scope_calls(ScopeInfo(None, block, None)))
         else:
             found.extend(calls_in(statement))
-    return found
-
-
-def _compound_calls(statement: cst.BaseCompoundStatement, distributed: bool) -> List[cst.Call]:
-    found: List[cst.Call] = []
-    for header in _headers(statement):
-        found.extend(calls_in(header))
-    blocks = list(child_blocks(statement))
-    if distributed and isinstance(statement, cst.If) and is_single_process_test(statement.test):
-        blocks = blocks[1:]  # the body runs only without a process group
-    for block in blocks:
-        found.extend(scope_calls(ScopeInfo(None, block, None), distributed))
     return found
 
 
@@ -518,8 +273,8 @@ def wrapped_names(ctx: FileContext, scope: ScopeInfo, wrappers: FrozenSet[str] =
 
 def _wrapped_names(ctx: FileContext, scope: ScopeInfo, wrappers: FrozenSet[str]) -> FrozenSet[str]:
     names: Set[str] = set()
-    for site in iter_sites(scope):
-        names.update(_wrap_targets(ctx, site.statement, wrappers))
+    for small in iter_statements(scope):
+        names.update(_wrap_targets(ctx, small, wrappers))
     if scope.owner is not None:
         names.update(_class_wrapped_attributes(ctx, scope.owner, wrappers))
     return frozenset(names)
@@ -542,8 +297,8 @@ def _scan_class_wrapped_attributes(ctx: FileContext, owner: cst.ClassDef, wrappe
     found: Set[str] = set()
     for statement in block_body(owner.body):
         if isinstance(statement, cst.FunctionDef):
-            for site in iter_sites(ScopeInfo(statement, block_body(statement.body), None)):
-                found.update(name for name in _wrap_targets(ctx, site.statement, wrappers) if name.startswith("self."))
+            for small in iter_statements(ScopeInfo(statement, block_body(statement.body), None)):
+                found.update(name for name in _wrap_targets(ctx, small, wrappers) if name.startswith("self."))
     return frozenset(found)
 
 
@@ -607,8 +362,7 @@ def scope_bindings(ctx: FileContext, scope: ScopeInfo) -> Dict[str, List[cst.Bas
 
     def compute() -> Dict[str, List[cst.BaseExpression]]:
         found: Dict[str, List[cst.BaseExpression]] = {}
-        for site in iter_sites(scope):
-            small = site.statement
+        for small in iter_statements(scope):
             if isinstance(small, cst.Assign):
                 for target in small.targets:
                     name = dotted(target.target)

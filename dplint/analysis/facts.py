@@ -23,6 +23,7 @@ from typing import (
     Dict,
     FrozenSet,
     Iterable,
+    Iterator,
     List,
     Mapping,
     Optional,
@@ -32,7 +33,8 @@ from typing import (
     Union,
 )
 
-from dplint.analysis.modules import ModuleIndex
+from dplint.analysis.execution import ExecutionModel, ExecutionSummary, summarize
+from dplint.analysis.modules import ModuleIndex, absolute_module
 from dplint.analysis.patterns import GuardedPattern
 
 # Third-party packages that import torch when imported; importing one counts as importing torch.
@@ -115,6 +117,10 @@ class AttributeWrap:
     line: int
     conditions: Tuple[Tuple[str, bool], ...] = ()
     method: str = ""
+    # Whether the method can return with the wrapper still there (no `self.model = self.model.module`
+    # after it, under the same conditions), and the methods it calls on `self` while it holds it.
+    leaves: bool = True
+    during: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,23 @@ class ReturnedWrap:
     path: str
     line: int
     conditions: Tuple[Tuple[str, bool], ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckpointLoad:
+    """`model.load_state_dict(...)` in a function that reads a checkpoint file, at path:line. `model`: the
+    class of the model it loads into ("" unknown); `into_wrapper`: the model is a DataParallel/DDP wrapper
+    there on every path (wrapped before it, unconditionally); `handles_prefix`: the function strips the
+    `module.` prefix, or retries after wrapping, so either kind of checkpoint loads."""
+
+    path: str
+    line: int
+    model: str
+    into_wrapper: bool
+    handles_prefix: bool
+    # The functions the loaded state passes through (`load_state_dict(remove_prefix(state))`), by name:
+    # one of the project's that strips the prefix copes too.
+    through: Tuple[str, ...] = ()
 
 
 # Which argument of a call (a position, or a keyword's name) receives a wrapper, which wrapper, and
@@ -199,6 +222,16 @@ class FileFacts:
     # Loss`), which may use a project function in a way nobody read.
     nested_imports: Tuple[str, ...] = ()
     parallel_helpers: Tuple[ParallelHelper, ...] = ()
+    # Its functions, calls and assignments, for where each statement of a distributed program runs.
+    execution: Optional[ExecutionSummary] = None
+    checkpoint_loads: Tuple[CheckpointLoad, ...] = ()
+    # Its functions that strip the `module.` prefix from a state dict (by name).
+    prefix_helpers: Tuple[str, ...] = ()
+    # The names of the folders it puts on `sys.path` (`sys.path.insert(0, "subtools/pytorch")`: `pytorch`).
+    sys_path_names: Tuple[str, ...] = ()
+    # Attributes its classes name `module` or `*module` (`self.submodule = ...`): a state dict key holds
+    # `module.` further in, which a `replace("module.", "")` rewrites.
+    module_attributes: Tuple[str, ...] = ()
 
     @property
     def imports_torch_directly(self) -> bool:
@@ -235,15 +268,6 @@ def _package_name(directory: str, names: Dict[str, str]) -> str:
     return names[directory]
 
 
-def absolute_module(package: str, level: int, module: str) -> str:
-    """The module `from <level dots><module> import …` names, seen from `package`."""
-    if not level:
-        return module
-    parts = package.split(".") if package else []
-    parts = parts[: max(0, len(parts) - (level - 1))]
-    return ".".join(p for p in (*parts, module) if p)
-
-
 def scan_imports(text: str, package: str, pattern: "re.Pattern[str]" = _IMPORT_LINE, submodules: bool = False) -> Tuple[str, ...]:
     """Modules imported by unindented (module-level) import statements (by `pattern`); with `submodules`,
     `from pkg import name` also names `pkg.name`, in case it is a module."""
@@ -271,7 +295,12 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
     """The facts of one file: `path` as it is shown, `filename` absolute."""
     imports = scan_imports(text, package)
     tensor_values = scan_tensor_values(text, module_name, package)
-    distributed = scan_distributed(text)
+    parse = cache(partial(_parse, text))
+    distributed = scan_distributed(text, parse)
+    execution = _execution_summary(text, module_name, package, parse)
+    loads, prefix_helpers = scan_checkpoint_loads(text, path, parse)
+    module_attributes = _module_attributes(text, parse)
+    sys_path_names = _sys_path_names(text)
     if distributed is not None and (distributed.entry or distributed.run_calls):
         # A script's own imports made inside its functions belong to its program too.
         distributed = replace(distributed, lazy_imports=scan_imports(text, package, _INDENTED_IMPORT_LINE, submodules=True))
@@ -296,13 +325,17 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
             tensor_values=tensor_values,
             distributed=distributed,
             nested_imports=scan_imports(text, package, _INDENTED_IMPORT_LINE, submodules=True) if nested else (),
+            execution=execution,
+            checkpoint_loads=loads,
+            prefix_helpers=prefix_helpers,
+            module_attributes=module_attributes,
+            sys_path_names=sys_path_names,
         )
 
     if not (wrapping or tensors):
         return unread()
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = parse()
+    if tree is None:
         return unread()
     try:
         if wrapping:
@@ -332,6 +365,11 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
         project_calls,
         other_references,
         parallel_helpers=helpers,
+        execution=execution,
+        checkpoint_loads=loads,
+        prefix_helpers=prefix_helpers,
+        module_attributes=module_attributes,
+        sys_path_names=sys_path_names,
     )
 
 # A wrap is a call of `DataParallel`/`data_parallel` (or `DistributedDataParallel`), by name or by an
@@ -918,6 +956,18 @@ def scan_parallel_helpers(tree: ast.Module, qualify: Callable[[ast.AST], Optiona
 
 
 # Wrappers whose `state_dict()` keys gain `module.` and that do not forward attribute reads (not FSDP).
+# The keyword arguments each wrapper's constructor takes (torch 2.13).
+WRAPPER_KEYWORDS: Mapping[str, FrozenSet[str]] = {
+    "DataParallel": frozenset({"module", "device_ids", "output_device", "dim"}),
+    "DistributedDataParallel": frozenset(
+        {
+            "module", "device_ids", "output_device", "dim", "broadcast_buffers", "init_sync", "process_group",
+            "bucket_cap_mb", "find_unused_parameters", "check_reduction", "gradient_as_bucket_view", "static_graph",
+            "delay_all_reduce_named_params", "param_to_hook_all_reduce", "mixed_precision", "device_mesh",
+            "skip_all_reduce_unused_params",
+        }
+    ),
+}  # fmt: skip
 ATTRIBUTE_WRAPPERS = {
     "torch.nn.DataParallel": "DataParallel",
     "torch.nn.parallel.DataParallel": "DataParallel",
@@ -931,7 +981,12 @@ def _ast_wrapper_of(value: ast.AST, qualify) -> Optional[str]:
     """The wrapper class `value` builds (through `.cuda()`, `.to(device)` chained on it), else None."""
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in MODULE_RETURNING_METHODS:
         value = value.func.value
-    return ATTRIBUTE_WRAPPERS.get(qualify(value.func) or "") if isinstance(value, ast.Call) else None
+    if not isinstance(value, ast.Call):
+        return None
+    wrapper = ATTRIBUTE_WRAPPERS.get(qualify(value.func) or "")
+    if wrapper is not None and not {keyword.arg for keyword in value.keywords if keyword.arg} <= WRAPPER_KEYWORDS[wrapper]:
+        return None  # `DataParallel(net, output_dim=1)` raises TypeError: no wrapper is ever made
+    return wrapper
 
 
 def _ast_wrap_in(value: ast.AST, qualify) -> Optional[Tuple[str, tuple]]:
@@ -978,15 +1033,37 @@ def scan_attribute_wraps(tree: ast.AST, text: str, qualify, path: str) -> Tuple[
             if not (isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.args.args):
                 continue
             self_name = method.args.args[0].arg
+            # (line, attribute, conditions, wrapper or None) of each assignment to `self.<attr>`
+            assignments: List[Tuple[int, str, tuple, Optional[Tuple[str, tuple]]]] = []
 
-            def visit(statement, conditions, class_name=node.name, self_name=self_name, method_name=method.name) -> None:
-                wrap = _ast_wrap_in(statement.value, qualify) if isinstance(statement, ast.Assign) else None
-                for target in statement.targets if wrap else ():
-                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == self_name:
-                        tests = _condition_texts(text, (*conditions, *wrap[1]))
-                        found.append(AttributeWrap(class_name, target.attr, wrap[0], path, statement.lineno, tests, method_name))
+            def visit(statement, conditions, self_name=self_name) -> None:
+                if isinstance(statement, ast.Assign):
+                    wrap = _ast_wrap_in(statement.value, qualify)
+                    for target in statement.targets:
+                        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == self_name:
+                            assignments.append((statement.lineno, target.attr, conditions, wrap))
 
             _walk_conditions(method.body, (), visit)
+            calls = [
+                (call.lineno, call.func.attr)
+                for call in ast.walk(method)
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == self_name
+            ]
+            for line, attribute, conditions, wrap in assignments:
+                if wrap is None:
+                    continue
+                # Undone before the method returns: a later plain assignment under the same conditions.
+                tested = {(ast.dump(test), holds) for test, holds in conditions}
+                undone = [
+                    later
+                    for later, other, inner, plain in assignments
+                    if other == attribute and later > line and plain is None and {(ast.dump(test), holds) for test, holds in inner} <= tested
+                ]
+                end = min(undone) if undone else None
+                during = tuple(sorted({name for at, name in calls if at > line and (end is None or at < end)}))
+                tests = _condition_texts(text, (*conditions, *wrap[1]))
+                found.append(AttributeWrap(node.name, attribute, wrap[0], path, line, tests, method.name, end is None, during))
     return tuple(found)
 
 
@@ -1250,7 +1327,11 @@ class ProjectFacts:
 
     def __init__(self, files: Sequence[FileFacts] = (), root: Optional[str] = None) -> None:
         self.files: Dict[str, FileFacts] = {facts.filename: facts for facts in files}
-        self.index = ModuleIndex(self.files, root or _common_folder(self.files))
+        path_names: Dict[str, Set[str]] = {}
+        for facts in files:
+            if facts.sys_path_names:
+                path_names.setdefault(os.path.dirname(facts.filename), set()).update(facts.sys_path_names)
+        self.index = ModuleIndex(self.files, root or _common_folder(self.files), {folder: frozenset(names) for folder, names in path_names.items()})
         classes: Dict[str, List[ClassInfo]] = {}
         for facts in files:
             for info in facts.classes:
@@ -1328,6 +1409,35 @@ class ProjectFacts:
     def distributed(self) -> "DistributedProject":
         """What the DDP/torchrun rules (DPL5xx) need to know about the programs that start a process group."""
         return distributed_project(self.files, self.index)
+
+    @cached_property
+    def checkpoint_loads(self) -> Tuple[Tuple[str, CheckpointLoad], ...]:
+        """(file, load) for every checkpoint load of the project."""
+        return tuple((name, load) for name, facts in sorted(self.files.items()) for load in facts.checkpoint_loads)
+
+    @cached_property
+    def prefix_helpers(self) -> FrozenSet[str]:
+        """The names of the project's functions that strip the `module.` prefix."""
+        return frozenset(name for facts in self.files.values() for name in facts.prefix_helpers)
+
+    @cached_property
+    def module_attributes(self) -> FrozenSet[str]:
+        """Attributes some class of the project names `module` or `*module`."""
+        return frozenset(name for facts in self.files.values() for name in facts.module_attributes)
+
+    @cached_property
+    def execution(self) -> ExecutionModel:
+        """Where the functions of the project's programs run (the DDP rules' one question)."""
+        summaries = {name: facts.execution for name, facts in self.files.items() if facts.execution is not None}
+        imported = {
+            target
+            for name, facts in self.files.items()
+            for module in (*facts.imports, *facts.nested_imports)
+            if not is_torch_module(module)
+            for target in self.index.resolve_chain(module, name)
+            if target != name
+        }
+        return ExecutionModel(summaries, self.index.resolve, frozenset(imported))
 
     @cached_property
     def attribute_wraps(self) -> Mapping[str, Tuple[AttributeWrap, ...]]:
@@ -1479,9 +1589,42 @@ class ProjectFacts:
 
     @cached_property
     def digest(self) -> str:
-        """Changes whenever a fact any rule may read changes: the key of every cached check."""
-        text = repr(sorted((name, facts) for name, facts in self.files.items()))
+        """Changes whenever a fact that any file's rules may read changes, execution summaries aside (a
+        summary changes with nearly every edit; `digest_for` adds those a file depends on)."""
+        text = repr(sorted((name, replace(facts, execution=None)) for name, facts in self.files.items()))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+    def digest_for(self, filename: str) -> str:
+        """The key of a file's cached check: `digest`, and the execution summaries of the files its
+        import graph connects it to (where a program's calls can reach it, or it reach them)."""
+        component = self._import_components.get(filename, "")
+        return hashlib.blake2b(f"{self.digest} {component}".encode(), digest_size=16).hexdigest()
+
+    @cached_property
+    def _import_components(self) -> Dict[str, str]:
+        """Each file → the digest of the summaries of its import graph's connected part."""
+        imported_by, _ = _import_graph(self.files, self.index)
+        parent = {name: name for name in self.files}
+
+        def root(name: str) -> str:
+            while parent[name] != name:
+                parent[name] = parent[parent[name]]
+                name = parent[name]
+            return name
+
+        for target, importers in imported_by.items():
+            for importer in importers:
+                if target in parent and importer in parent:
+                    parent[root(importer)] = root(target)
+        members: Dict[str, List[str]] = {}
+        for name in self.files:
+            members.setdefault(root(name), []).append(name)
+        found: Dict[str, str] = {}
+        for names in members.values():
+            text = repr(sorted((name, self.files[name].execution) for name in names))
+            digest = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+            found.update((name, digest) for name in names)
+        return found
 
 
 def _common_folder(filenames: Iterable[str]) -> Optional[str]:
@@ -1645,11 +1788,11 @@ class DistributedFileFacts:
     lazy_imports: Tuple[str, ...] = ()
 
 
-def scan_distributed(text: str) -> Optional[DistributedFileFacts]:
+def scan_distributed(text: str, parse: Optional[Callable[[], Optional[ast.Module]]] = None) -> Optional[DistributedFileFacts]:
     if not any(word in text for word in _DISTRIBUTED_WORDS):
         return None
-    # One parse serves both scans: parsing torch's distributed modules is most of what they cost.
-    parse = cache(partial(_parse, text))
+    # One parse serves every scan: parsing torch's distributed modules is most of what they cost.
+    parse = parse or cache(partial(_parse, text))
     reads_argument, other_source = _local_rank_uses(text, parse)
     starts = _STARTS_PROCESS_GROUP.search(text) is not None
     wraps = _WRAPS_DISTRIBUTED.search(text) is not None
@@ -1696,6 +1839,201 @@ def _run_calls(text: str) -> Tuple[str, ...]:
                 if words:
                     names.add(words[0])
     return tuple(sorted(names - _BUILTIN_NAMES))
+
+
+# `self.submodule = nn.Linear(...)`, `self.module = Block(...)`: a submodule whose name ends in `module`.
+_MODULE_ATTRIBUTE = re.compile(r"\bself\.(\w*module)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*(?:[\w.]+\.)?[A-Z]\w*\(")
+_READS_CHECKPOINT = re.compile(r"\b(?:torch\.load|load_checkpoint|load_state_dict_from_url|load_url|safetensors|load_file)\b|\bload\(")
+# The `module.` prefix handled by the loading function: stripped (any spelling), or the library's helper.
+_HANDLES_PREFIX = re.compile(r"""["']module\.?["']|\[\s*7\s*:|consume_prefix_in_state_dict_if_present|remove_prefix|strip_prefix""")
+_WRAPPER_NAMES = ("DataParallel", "DistributedDataParallel", "DDP")
+
+
+_SYS_PATH_CHANGE = GuardedPattern(r"sys\.path\.(?:insert|append)[ \t]*\(([^\n]*)", ["sys.path"], one_line=True)
+_STRING = re.compile(r"""["']([^"'\n]+)["']""")
+
+
+def _sys_path_names(text: str) -> Tuple[str, ...]:
+    """The last folder names of the paths the file adds to `sys.path` (`"subtools/pytorch"`, `os.path.join(here, "..", "lib")`)."""
+    found = set()
+    for match in _SYS_PATH_CHANGE.finditer(text):
+        parts = [part for literal in _STRING.findall(match.group(1)) for part in re.split(r"[/\\]", literal) if part not in ("", ".", "..")]
+        if parts:
+            found.add(parts[-1])
+    return tuple(sorted(found))
+
+
+def _module_attributes(text: str, parse: Callable[[], Optional[ast.Module]]) -> Tuple[str, ...]:
+    """The submodules the file's classes build under a name ending in `module` (`self.submodule = nn.Linear(...)`)."""
+    if _MODULE_ATTRIBUTE.search(text) is None:
+        return ()
+    tree = parse()
+    if tree is None:
+        return ()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            for target in node.targets:
+                if isinstance(target, ast.Attribute) and target.attr.endswith("module") and isinstance(target.value, ast.Name) and target.value.id == "self":
+                    found.add(target.attr)
+    return tuple(sorted(found))
+
+
+def scan_checkpoint_loads(text: str, path: str, parse: Callable[[], Optional[ast.Module]]) -> Tuple[Tuple[CheckpointLoad, ...], Tuple[str, ...]]:
+    """Each `x.load_state_dict(...)` of a function that reads a checkpoint file, with what the model
+    is there (read from the function's statements in order, and for `self.x` from its class's
+    `__init__`) and whether the function copes with either kind of keys; and the names of the
+    functions that strip the `module.` prefix."""
+    if "module" not in text and "load_state_dict" not in text:
+        return (), ()
+    tree = parse()
+    if tree is None:
+        return (), ()
+    lines = text.splitlines()
+    found: List[CheckpointLoad] = []
+    helpers: Set[str] = set()
+    for function, owner in _functions_with_classes(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            source = "\n".join(lines[function.lineno - 1 : function.end_lineno])
+            if _HANDLES_PREFIX.search(source):
+                helpers.add(function.name)
+        else:
+            source = text
+        if "load_state_dict" not in source or not _READS_CHECKPOINT.search(source):
+            continue
+        handles = _HANDLES_PREFIX.search(source) is not None if source is not text else None
+        wrapped_in_init = _wrapped_in_init(owner) if owner is not None else set()
+        classes: Dict[str, str] = {}
+        wrapped: Set[str] = set()  # names wrapped on every path so far
+        for statement, conditional, in_try_with_wrap in _ordered_statements(function.body):  # type: ignore[attr-defined]
+            for name, class_name, is_wrap in _model_assignments(statement):
+                if class_name:
+                    classes[name] = class_name
+                if is_wrap and not conditional:
+                    wrapped.add(name)
+                elif name in wrapped and not is_wrap:
+                    wrapped.discard(name)
+            for call in _own_calls(statement):
+                func = call.func
+                if not (isinstance(func, ast.Attribute) and func.attr == "load_state_dict"):
+                    continue
+                receiver = _ast_dotted(func.value) or ""
+                into_wrapper = not receiver.endswith(".module") and (receiver in wrapped or receiver in wrapped_in_init)
+                model = classes.get(receiver.removesuffix(".module"), "") or (_self_class_of(owner, receiver) if owner else "")
+                if handles is None:  # at the top level: the statement around the load, not the whole file
+                    around = next(top for top in tree.body if top.lineno <= call.lineno <= (top.end_lineno or top.lineno))
+                    copes = _HANDLES_PREFIX.search("\n".join(lines[around.lineno - 1 : around.end_lineno])) is not None
+                else:
+                    copes = handles
+                through = tuple(
+                    sorted({(_ast_dotted(inner.func) or "").rpartition(".")[2] for argument in call.args for inner in ast.walk(argument) if isinstance(inner, ast.Call)} - {""})
+                )
+                found.append(CheckpointLoad(path, call.lineno, model, into_wrapper, copes or in_try_with_wrap, through))
+    return tuple(found), tuple(sorted(helpers))
+
+
+def _functions_with_classes(tree: ast.Module) -> Iterator[Tuple[ast.AST, Optional[ast.ClassDef]]]:
+    """The module's top level and every function, each with the class it is a method of."""
+    yield tree, None
+    pending: List[Tuple[ast.AST, Optional[ast.ClassDef]]] = [(node, None) for node in tree.body]
+    while pending:
+        node, owner = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node, owner
+            pending.extend((child, None) for child in node.body)
+        elif isinstance(node, ast.ClassDef):
+            pending.extend((child, node) for child in node.body)
+        elif isinstance(node, ast.stmt):
+            pending.extend((child, owner) for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt))
+
+
+def _ordered_statements(body: Sequence[ast.stmt], conditional: bool = False, in_try: bool = False) -> Iterator[Tuple[ast.stmt, bool, bool]]:
+    """The statements of a block in order (not of nested functions), each with whether it runs under a
+    condition and whether it is in a `try` whose handler wraps the model (a retry after wrapping)."""
+    for statement in body:
+        yield statement, conditional, in_try
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(statement, ast.Try) or type(statement).__name__ == "TryStar":
+            wraps = any(_wrap_name(node) for handler in statement.handlers for node in ast.walk(handler))  # type: ignore[attr-defined]
+            yield from _ordered_statements(statement.body, conditional, in_try or wraps)  # type: ignore[attr-defined]
+            for block in (*(h.body for h in statement.handlers), statement.orelse, statement.finalbody):  # type: ignore[attr-defined]
+                yield from _ordered_statements(block, True, in_try)
+        elif isinstance(statement, (ast.If, ast.While, ast.For, ast.AsyncFor)):
+            yield from _ordered_statements(statement.body, True, in_try)
+            yield from _ordered_statements(statement.orelse, True, in_try)
+        elif isinstance(statement, (ast.With, ast.AsyncWith)):
+            yield from _ordered_statements(statement.body, conditional, in_try)
+
+
+def _own_calls(statement: ast.stmt) -> Iterator[ast.Call]:
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return
+    roots = [statement.test] if isinstance(statement, (ast.If, ast.While)) else [] if hasattr(statement, "body") else [statement]
+    for root in roots:
+        for node in ast.walk(root):
+            if isinstance(node, ast.Call):
+                yield node
+
+
+def _wrap_name(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and (_ast_dotted(node.func) or "").rpartition(".")[2] in _WRAPPER_NAMES
+
+
+def _model_assignments(statement: ast.stmt) -> Iterator[Tuple[str, str, bool]]:
+    """(name, the class it is built from or "", whether it is a wrap) for `x = Net(...)`, `x = nn.DataParallel(x)`."""
+    if not isinstance(statement, ast.Assign):
+        return
+    value = statement.value
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("cuda", "to", "cpu", "eval", "train", "half", "float"):
+        value = value.func.value
+    is_wrap = _wrap_name(value)
+    inner = value.args[0] if is_wrap and isinstance(value, ast.Call) and value.args else value
+    while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in ("cuda", "to", "cpu", "half", "float"):
+        inner = inner.func.value
+    class_name = ""
+    if isinstance(inner, ast.Call):
+        last = (_ast_dotted(inner.func) or "").rpartition(".")[2]
+        if last[:1].isupper() and last not in _WRAPPER_NAMES:
+            class_name = last
+    for target in statement.targets:
+        name = _ast_dotted(target)
+        if name is not None:
+            yield name, class_name, is_wrap
+
+
+def _wrapped_in_init(owner: ast.ClassDef) -> Set[str]:
+    """`self.x` that the class's `__init__` wraps on every path."""
+    for member in owner.body:
+        if isinstance(member, ast.FunctionDef) and member.name == "__init__":
+            return {name for statement, conditional, _ in _ordered_statements(member.body) if not conditional
+                    for name, _, is_wrap in _model_assignments(statement) if is_wrap}
+    return set()
+
+
+def _self_class_of(owner: ast.ClassDef, receiver: str) -> str:
+    """The class `self.x` is built from in any method of its class."""
+    for member in owner.body:
+        if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for statement, _, _ in _ordered_statements(member.body):
+                for name, class_name, _ in _model_assignments(statement):
+                    if name == receiver.removesuffix(".module") and class_name:
+                        return class_name
+    return ""
+
+
+def _execution_summary(text: str, module_name: str, package: str, parse: Callable[[], Optional[ast.Module]]) -> Optional[ExecutionSummary]:
+    """The summary of a file for the programs' calls (a torch library's own module takes no part: its
+    functions are called from outside)."""
+    if is_torch_module(module_name):
+        return None
+    tree = parse()
+    if tree is None:
+        return None
+    try:
+        return summarize(tree, module_name, package)
+    except RecursionError:
+        return None
 
 
 def _parse(text: str) -> Optional[ast.Module]:

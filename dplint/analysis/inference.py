@@ -29,7 +29,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence
 
 import libcst as cst
 
-from dplint.context import FileContext
+from dplint.analysis.context import FileContext
 from dplint.analysis import tensor_api
 from dplint.analysis.facts import ProjectCall, Wrap
 from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, descendants, dotted, iter_calls, run_visitor

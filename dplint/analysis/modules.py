@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Dict, FrozenSet, Iterable, Optional, Sequence, Tuple
+from functools import cached_property
+from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 PROJECT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
 
@@ -35,12 +36,24 @@ def find_project_root(start: Path, is_boundary: Callable[[Path], bool] = lambda 
     return None
 
 
+def absolute_module(package: str, level: int, module: str) -> str:
+    """The module `from <level dots><module> import …` names, seen from `package`."""
+    if not level:
+        return module
+    parts = package.split(".") if package else []
+    parts = parts[: max(0, len(parts) - (level - 1))]
+    return ".".join(p for p in (*parts, module) if p)
+
+
 class ModuleIndex:
     """The project's source files, and the file a dotted module name means from a given file."""
 
-    def __init__(self, filenames: Iterable[str], root: Optional[str] = None) -> None:
+    def __init__(self, filenames: Iterable[str], root: Optional[str] = None, path_names: Optional[Mapping[str, FrozenSet[str]]] = None) -> None:
+        """`path_names`: for a folder, the names of the folders its scripts put on `sys.path` at run time
+        (`sys.path.insert(0, "subtools/pytorch")`: `pytorch`)."""
         self.files: FrozenSet[str] = frozenset(filenames)
         self.root = root
+        self._path_names = path_names or {}
         self._resolved: Dict[Tuple[str, str], Optional[str]] = {}
         self._folders: Dict[str, Tuple[str, ...]] = {}
 
@@ -64,7 +77,29 @@ class ModuleIndex:
             for candidate in (base + ".py", os.path.join(base, "__init__.py"), base + ".pyi"):
                 if candidate in self.files:
                     return candidate
+        # The folder a script puts on `sys.path` at run time (`sys.path.insert(0, "subtools/pytorch")`),
+        # found by its name: the one project file under a folder of that name with this path.
+        names = self._path_names.get(directory)
+        if names:
+            found = [filename for filename, folder in self._by_suffix.get(relative, ()) if os.path.basename(folder) in names]
+            if len(found) == 1:
+                return found[0]
         return None
+
+    @cached_property
+    def _by_suffix(self) -> Dict[str, Tuple[Tuple[str, str], ...]]:
+        """Every module path (`libs/training/trainer`, no extension) → (file, the folder holding that path) of each file ending so."""
+        found: Dict[str, List[Tuple[str, str]]] = {}
+        for filename in self.files:
+            stem, extension = os.path.splitext(filename)
+            if extension not in (".py", ".pyi"):
+                continue
+            parts = stem.split(os.sep)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            for start in range(len(parts) - 1, 0, -1):
+                found.setdefault(os.sep.join(parts[start:]), []).append((filename, os.sep.join(parts[:start])))
+        return {suffix: tuple(sorted(set(names))) for suffix, names in found.items()}
 
     def _search_folders(self, directory: str) -> Sequence[str]:
         folders = self._folders.get(directory)

@@ -12,7 +12,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
-from dplint.analysis.facts import absolute_module
+from dplint.analysis.modules import absolute_module
 
 Body = Sequence[Union[cst.BaseStatement, cst.BaseSmallStatement]]
 

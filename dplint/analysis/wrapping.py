@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Dict, FrozenSet, Generator, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, FrozenSet, Generator, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from dplint.analysis.facts import ATTRIBUTE_WRAPPERS, MODULE_RETURNING_METHODS
+from dplint.analysis.facts import ATTRIBUTE_WRAPPERS, MODULE_RETURNING_METHODS, WRAPPER_KEYWORDS
 from dplint.analysis.inference import Inference
-from dplint.analysis.names import Body, block_body, child_blocks, descendants, dotted, iter_small_statements, run_visitor
-from dplint.context import FileContext
+from dplint.analysis.names import Body, block_body, child_blocks, descendants, dotted, iter_calls, iter_small_statements, run_visitor
+from dplint.analysis.context import FileContext
 
 # FSDP is not among them: its `state_dict()` keys are the inner module's (checked on torch 2.13), and
 # its `__getattr__` forwards to the wrapped module.
@@ -90,8 +90,17 @@ def wrap_call(ctx: FileContext, value: cst.BaseExpression) -> Optional[str]:
     ):
         value = value.func.value
     if isinstance(value, cst.Call):
-        return WRAPPER_CLASSES.get(ctx.qualify(value.func) or "")
+        wrapper = WRAPPER_CLASSES.get(ctx.qualify(value.func) or "")
+        if wrapper is not None and not set(_keywords(value)) <= WRAPPER_KEYWORDS[wrapper]:
+            return None  # `DataParallel(net, output_dim=1)` raises TypeError: no wrapper is ever made
+        return wrapper
     return None
+
+
+def _keywords(call: cst.Call) -> List[str]:
+    return [arg.keyword.value for arg in call.args if arg.keyword is not None]
+
+
 
 
 def holder(expr: cst.BaseExpression) -> Optional[str]:
@@ -169,8 +178,20 @@ class WrapFlow:
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
 
-    def points(self, body: Body, initial: Optional[State] = None) -> Iterable[Point]:
-        yield from self._block(body, dict(initial or {}), (), frozenset())
+    def points(
+        self,
+        body: Body,
+        initial: Optional[State] = None,
+        exits: Optional[List[State]] = None,
+        after_call: Optional[Callable[[cst.Call], State]] = None,
+    ) -> Iterable[Point]:
+        """The points of the body; `exits` collects the state at each way out (a `return`, the end);
+        `after_call(call)` says what a call leaves wrapped (a method of the same object's)."""
+        self._exits = exits
+        self._after_call = after_call
+        final = yield from self._block(body, dict(initial or {}), (), frozenset())
+        if exits is not None and final is not None:
+            exits.append(final)
 
     def _block(
         self, body: Body, state: Optional[Dict[str, FrozenSet[WrapSite]]], path: Tuple[Condition, ...], handled: FrozenSet[str]
@@ -257,11 +278,18 @@ class WrapFlow:
         return merged
 
     def _wrapper_test(self, test: cst.BaseExpression) -> Optional[Tuple[str, bool]]:
-        """`isinstance(m, nn.DataParallel)` → ("m", True); `not isinstance(m, (DataParallel, DDP))` →
-        ("m", False); None for any other test."""
+        """`isinstance(m, nn.DataParallel)` or `hasattr(m, "module")` → ("m", True); `not isinstance(m,
+        (DataParallel, DDP))` → ("m", False); None for any other test."""
         holds = True
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             test, holds = test.expression, not holds
+        if isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == "hasattr" and len(test.args) == 2:
+            # `hasattr(m, "module")`: only a wrapper has one.
+            attribute = test.args[1].value
+            name = dotted(test.args[0].value)
+            if name is not None and isinstance(attribute, cst.SimpleString) and attribute.evaluated_value == "module":
+                return name, holds
+            return None
         if not (isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == "isinstance"):
             return None
         if len(test.args) != 2:
@@ -286,6 +314,14 @@ class WrapFlow:
         return " ".join(self.ctx.code(test).split()), holds
 
     def _transfer(self, small: cst.BaseSmallStatement, state, path):
+        after_call = getattr(self, "_after_call", None)
+        if after_call is not None:
+            for call in iter_calls(small):
+                left = after_call(call)
+                if left:
+                    state = {**state, **{name: state.get(name, frozenset()) | sites for name, sites in left.items()}}
+        if isinstance(small, cst.Return) and getattr(self, "_exits", None) is not None:
+            self._exits.append(state)  # type: ignore[union-attr]
         if isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break)):
             return None
         if isinstance(small, cst.Assign):
@@ -445,28 +481,115 @@ def _excludes(needed: Condition, taken: Condition) -> bool:
     return True
 
 
-def class_attribute_wraps(ctx: FileContext, cls: cst.ClassDef) -> Dict[str, FrozenSet[WrapSite]]:
-    """`self.<attr>` wrapped in any method of the class: `{"self.model": sites}` (self named `self`);
-    a container of wrappers as `{"self.heads[]": sites}`."""
-    flow = WrapFlow(ctx)
-    found: Dict[str, FrozenSet[WrapSite]] = {}
+@dataclass(frozen=True)
+class ClassWraps:
+    """The wraps of `self.<attr>` a class's methods make (`{"self.model": sites}`; a container of
+    wrappers as `{"self.heads[]": sites}`): `leaving`, those a method can return with, which any later
+    method may see; `during`, by method name, those a method holds while it calls that other method on
+    `self` (`self._train()` between a wrap and `self.model = self.model.module`)."""
+
+    leaving: Mapping[str, FrozenSet[WrapSite]]
+    during: Mapping[str, Mapping[str, FrozenSet[WrapSite]]]
+
+    def seen_by(self, method: str) -> Dict[str, FrozenSet[WrapSite]]:
+        found = dict(self.leaving)
+        for key, sites in self.during.get(method, {}).items():
+            found[key] = found.get(key, frozenset()) | sites
+        return found
+
+
+def class_attribute_wraps(ctx: FileContext, cls: cst.ClassDef) -> ClassWraps:
+    """What the class's methods leave wrapped in `self.<attr>` (self named `self` in the keys): each
+    method walked from its start with nothing wrapped, a call of another of its methods on `self`
+    leaving what that one leaves. A method that only the class's own methods call leaves its wraps to
+    them (`incremental_train` unwraps what `self._train()` wrapped); the others, to any later method."""
+    methods = {m.name.value: m for m in block_body(cls.body) if isinstance(m, cst.FunctionDef) and method_self(m) is not None}
+    left: Dict[str, Dict[str, FrozenSet[WrapSite]]] = {}  # method → the `self.<attr>` wraps it returns with
+    during: Dict[str, Dict[str, FrozenSet[WrapSite]]] = {}
+    called_on_self: Set[str] = set()
+
+    def leaves(name: str) -> Dict[str, FrozenSet[WrapSite]]:
+        if name in left:
+            return left[name]
+        left[name] = {}  # a recursive call leaves nothing more
+        method = methods[name]
+        self_name = method_self(method) or "self"
+
+        def after_call(call: cst.Call) -> State:
+            if isinstance(call.func, cst.Attribute) and dotted(call.func.value) == self_name and call.func.attr.value in methods:
+                return {f"{self_name}.{key[5:]}": sites for key, sites in leaves(call.func.attr.value).items()}
+            return {}
+
+        exits: List[State] = []
+        found: Dict[str, FrozenSet[WrapSite]] = {}
+        for point in WrapFlow(ctx).points(block_body(method.body), exits=exits, after_call=after_call):
+            for node in descendants(point.statement):
+                if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and dotted(node.func.value) == self_name:
+                    called_on_self.add(node.func.attr.value)
+        for state in exits:
+            for key, sites in _own_attributes(state, self_name).items():
+                found[key] = found.get(key, frozenset()) | sites
+        left[name] = found
+        return found
+
+    for name in methods:
+        leaves(name)
+    # What each method holds while it calls another on `self`, and so what that one starts with,
+    # through any depth of calls (`incremental_train` wraps, `_train()` calls `replace_fc()`).
+    changed = True
+    while changed:
+        changed = False
+        for name, method in methods.items():
+            self_name = method_self(method) or "self"
+            initial = {f"{self_name}.{key[5:]}": sites for key, sites in during.get(name, {}).items()}
+
+            def after_call(call: cst.Call, self_name: str = self_name) -> State:
+                if isinstance(call.func, cst.Attribute) and dotted(call.func.value) == self_name and call.func.attr.value in methods:
+                    return {f"{self_name}.{key[5:]}": sites for key, sites in left[call.func.attr.value].items()}
+                return {}
+
+            for point in WrapFlow(ctx).points(block_body(method.body), initial, after_call=after_call):
+                held = _own_attributes(point.wrapped, self_name)
+                if not held:
+                    continue
+                for node in descendants(point.statement):
+                    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and dotted(node.func.value) == self_name:
+                        into = during.setdefault(node.func.attr.value, {})
+                        for key, sites in held.items():
+                            if not sites <= into.get(key, frozenset()):
+                                into[key] = into.get(key, frozenset()) | sites
+                                changed = True
+    called_elsewhere = _attribute_references(ctx)
+    leaving: Dict[str, FrozenSet[WrapSite]] = {}
+    for name, found in left.items():
+        # Called only as `self.<name>()` by this class's methods: what it leaves, they handle.
+        only_inside = name in called_on_self and called_elsewhere.get(name, 0) == _self_calls(ctx, cls).get(name, 0)
+        if only_inside:
+            continue
+        for key, sites in found.items():
+            leaving[key] = leaving.get(key, frozenset()) | sites
+    return ClassWraps(leaving, during)
+
+
+def _self_calls(ctx: FileContext, cls: cst.ClassDef) -> Dict[str, int]:
+    """How many times the class's methods call each attribute on their own object (`self.name(...)`)."""
+    found: Dict[str, int] = {}
     for method in block_body(cls.body):
-        if not isinstance(method, cst.FunctionDef):
-            continue
-        self_name = method_self(method)
-        if self_name is None:
-            continue
-        for point in flow.points(block_body(method.body)):
-            small = point.statement
-            if isinstance(small, cst.Assign):
-                for target in small.targets:
-                    name = dotted(target.target)
-                    if name and name.count(".") == 1 and name.startswith(self_name + "."):
-                        key = "self." + name.partition(".")[2]
-                        whole, elements = flow._sites(small.value, {}, point.path), flow._element_sites(small.value, point.path)
-                        for suffix, sites in (("", whole), ("[]", elements)):
-                            if sites:
-                                found[key + suffix] = found.get(key + suffix, frozenset()) | sites
+        if isinstance(method, cst.FunctionDef):
+            self_name = method_self(method)
+            for node in descendants(method):
+                if isinstance(node, cst.Attribute) and self_name is not None and dotted(node.value) == self_name:
+                    found[node.attr.value] = found.get(node.attr.value, 0) + 1
+    return found
+
+
+def _own_attributes(state: Mapping[str, FrozenSet[WrapSite]], self_name: str) -> Dict[str, FrozenSet[WrapSite]]:
+    """`self.<attr>` (and `self.<attr>[]`) that hold a wrapper in `state`, keyed with `self`."""
+    found = {}
+    for name, sites in state.items():
+        head, _, attribute = name.partition(".")
+        if head == self_name and attribute and "." not in attribute:
+            found["self." + attribute] = sites
     return found
 
 
@@ -532,15 +655,17 @@ def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
                 module_calls.setdefault(node.func.value, []).append(point)
     classes = {s.name.value: s for s in _all_classes(ctx.module.body)}
-    own: Dict[str, Dict[str, FrozenSet[WrapSite]]] = {}
+    own: Dict[str, ClassWraps] = {}
 
-    def wraps_of(name: str, seen: FrozenSet[str] = frozenset()) -> Dict[str, FrozenSet[WrapSite]]:
+    def wraps_of(name: str, method: str = "", seen: FrozenSet[str] = frozenset()) -> Dict[str, FrozenSet[WrapSite]]:
+        """The wraps of `self.<attr>` that `method` of the class `name` (or of its bases) may see."""
         if name in seen:
             return {}
         if name not in classes:
             return {
-                f"self.{attribute}": frozenset(WrapSite(w.wrapper, w.conditions, line=w.line, path=w.path) for w in wraps)
+                f"self.{attribute}": frozenset(WrapSite(w.wrapper, w.conditions, line=w.line, path=w.path) for w in wraps if w.leaves or method in w.during)
                 for attribute, wraps in ctx.project.inherited_attribute_wraps(name).items()
+                if any(w.leaves or method in w.during for w in wraps)
             }
         if name not in own:
             own[name] = class_attribute_wraps(ctx, classes[name])
@@ -548,9 +673,9 @@ def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
         for base in classes[name].bases:
             base_name = dotted(base.value)
             if base_name is not None:
-                for key, sites in wraps_of(base_name.rpartition(".")[2], seen | {name}).items():
+                for key, sites in wraps_of(base_name.rpartition(".")[2], method, seen | {name}).items():
                     found[key] = found.get(key, frozenset()) | sites
-        found.update(own[name])
+        found.update(own[name].seen_by(method))
         return found
 
     def walk(body: Body, cls: Optional[cst.ClassDef], top: bool = False) -> Iterator[Iterable[Point]]:
@@ -567,7 +692,7 @@ def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
                 self_name = method_self(statement) if cls is not None else None
                 if cls is not None and self_name is not None and statement.name.value not in early:
                     initial = method_initial_state(
-                        wraps_of(cls.name.value), statement, self_name, attributes_wrapped_in(ctx, statement, self_name)
+                        wraps_of(cls.name.value, statement.name.value), statement, self_name, attributes_wrapped_in(ctx, statement, self_name)
                     )
                 yield flow.points(block_body(statement.body), initial)
                 yield from walk(block_body(statement.body), None)

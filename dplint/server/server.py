@@ -101,7 +101,7 @@ class DplintServer(LanguageServer):
         try:
             settings = self.settings_for(filename)
             project = self.project_for(filename, settings)
-            before = project.project().digest
+            before = self.open_digests(project)
             facts = project.use_text(filename, text)
             findings: List[Finding] = []
             if not _is_excluded(settings, Path(filename)):
@@ -120,8 +120,7 @@ class DplintServer(LanguageServer):
         self.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri, [linted.converter.diagnostic(f) for f in findings], version)
         )
-        if project.project().digest != before:
-            self.relint_open(project, but=uri)
+        self.relint_changed(project, before, but=uri)
         return linted
 
     def current(self, uri: str) -> Optional[Linted]:
@@ -148,6 +147,22 @@ class DplintServer(LanguageServer):
         if task is not None:
             task.cancel()
 
+    def open_digests(self, project: WorkspaceFacts) -> Dict[str, str]:
+        """Each open document of the project → the digest of the facts its findings depend on."""
+        facts = project.project()
+        found = {}
+        for uri in list(self.workspace.text_documents):
+            filename = to_fs_path(uri)
+            if filename is not None and project_root(Path(filename)) == project.root:
+                found[uri] = facts.digest_for(filename)
+        return found
+
+    def relint_changed(self, project: WorkspaceFacts, before: Dict[str, str], but: str = "") -> None:
+        """Lint again the open documents whose facts changed since `before`, but the one just linted."""
+        for uri, digest in self.open_digests(project).items():
+            if uri != but and before.get(uri) != digest:
+                self.lint_soon(uri, 0)
+
     def relint_open(self, project: Optional[WorkspaceFacts] = None, but: str = "") -> None:
         """Lint again the open documents of this project (of every project when None), but the one just linted."""
         for uri in list(self.workspace.text_documents):
@@ -166,10 +181,9 @@ class DplintServer(LanguageServer):
             return
         project = self.projects.get(project_root(Path(filename)))
         if project is not None:
-            before = project.project().digest
+            before = self.open_digests(project)
             project.drop_text(filename)
-            if project.project().digest != before:
-                self.relint_open(project, but=uri)
+            self.relint_changed(project, before, but=uri)
 
 
 def _is_excluded(settings: Settings, path: Path) -> bool:
@@ -254,7 +268,6 @@ async def did_close(ls: DplintServer, params: types.DidCloseTextDocumentParams) 
 async def did_change_watched_files(ls: DplintServer, params: types.DidChangeWatchedFilesParams) -> None:
     """A file changed outside the editor: its facts are read again; a pyproject.toml affects every document."""
     settings_changed = False
-    changed: Set[Path] = set()
     for change in params.changes:
         filename = to_fs_path(change.uri)
         if filename is None:
@@ -264,15 +277,11 @@ async def did_change_watched_files(ls: DplintServer, params: types.DidChangeWatc
         elif filename.endswith(SOURCE_SUFFIXES) and change.uri not in ls.workspace.text_documents:
             project = ls.projects.get(project_root(Path(filename)))
             if project is not None:
-                before = project.project().digest
+                before = ls.open_digests(project)
                 project.reload(filename)
-                if project.project().digest != before:
-                    changed.add(project.root)
+                ls.relint_changed(project, before)
     if settings_changed:
         ls.relint_open()
-        return
-    for root in changed:
-        ls.relint_open(ls.projects[root])
 
 
 @server.feature(

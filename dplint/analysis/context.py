@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, TypeVar
 
@@ -9,6 +10,7 @@ import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
+from dplint.analysis.execution import FileExecution, Where
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.names import ImportMap, child_nodes
 
@@ -140,9 +142,11 @@ class FileContext:
         module_name: str,
         package: str,
         statement_lines: Optional[Sequence[int]] = None,
+        tree: Optional[ast.Module] = None,
     ) -> None:
         """`statement_lines`: the line each top-level statement's code starts on, when known (positions
-        are then generated only for the statements that hold the nodes asked for)."""
+        are then generated only for the statements that hold the nodes asked for). `tree`: CPython's
+        tree of the same source, when the caller has parsed it."""
         self.path = path
         self.filename = filename
         self.module_name = module_name
@@ -153,6 +157,7 @@ class FileContext:
         self._imports: Optional[ImportMap] = None
         self._positions: Optional[Any] = None if statement_lines is None else _StatementPositions(module, statement_lines)
         self._memo: Dict[str, Any] = {}
+        self._tree = tree
 
     @property
     def imports(self) -> ImportMap:
@@ -178,6 +183,35 @@ class FileContext:
     def short_code(self, node: cst.CSTNode, limit: int = 60) -> str:
         text = " ".join(self.code(node).split())
         return text if len(text) <= limit else text[: limit - 1] + "…"
+
+    @property
+    def tree(self) -> ast.Module:
+        if self._tree is None:
+            self._tree = ast.parse(self.source)
+        return self._tree
+
+    @property
+    def execution(self) -> FileExecution:
+        return self.memo("execution", lambda: FileExecution(self.project.execution, self.tree, self.filename, self.module_name, self.package))
+
+    def where(self, node: cst.CSTNode) -> Optional[Where]:
+        """Where the statement holding `node` runs: in one process or a process group, on which ranks;
+        None where no program's entry reaches it through the calls the project resolves."""
+        return self.execution.where(self.line(node))
+
+    def local_where(self, node: cst.CSTNode) -> Optional[Where]:
+        """Where the statement holding `node` runs each time its function is called (its own function's
+        conditions: a rank test written there)."""
+        return self.execution.local_where(self.line(node))
+
+    def splits_ranks(self, test: cst.BaseExpression) -> bool:
+        """Whether the condition is known to hold on some ranks of a process group and not on others
+        (`rank == 0`, `is_main_process()`, `args.gpu == 0` under `mp.spawn`)."""
+        return Where(self.execution.test_truth(self.code(test), self.line(test))).on_some_ranks_only
+
+    def varies(self, node: cst.BaseExpression) -> bool:
+        """Whether the expression may hold a different value on each rank (`f"ckpt_{rank}.pt"`)."""
+        return self.execution.varies(self.code(node), self.line(node))
 
     def memo(self, key: str, compute: Callable[[], T]) -> T:
         """Share one analysis between the rules of a module (DPL201 and DPL202 walk the same flow)."""

@@ -1,0 +1,1663 @@
+"""Where each statement of a program runs: in one process or in a process group, and on which ranks.
+
+The question every DDP rule asks ("does every rank save here?", "do only some ranks reach this
+barrier?") is answered here, once, from what the program does rather than from how it names things.
+
+Pass 1 summarises each file that may take part in a distributed program (`summarize`, Python's `ast`):
+its functions, the calls each makes under which branch conditions, where a process group starts, and
+what each assignment, `return` and argument holds, as small symbolic expressions. The project's
+`ExecutionModel` then
+
+- evaluates those expressions (`Values`): which names hold a rank (global or per node), the world
+  size, a test on them (`is_master = rank == 0`), following assignments, parameters and `return`s
+  across files;
+- finds each program's entry (a script, or a function nothing in the project calls that starts a
+  group) and how it is launched: once (`python train.py`, and `mp.spawn` starts the workers) or on
+  every rank (`torchrun`);
+- learns the mode test from the program itself: the conditions under which it starts its process
+  group hold on every rank of a group, so the other branch of the same condition runs in one process;
+- propagates along the resolved calls the worlds in which each function may run.
+
+A world is one process (`ONE`), or a process of a group: global rank 0 (`ZERO`), local rank 0 of
+another node (`LEAD`), or any other rank (`REST`). A condition, and where a statement runs, is a
+truth value per world (`Truth`): T always, F never, U either way but alike on every rank, Q unknown
+and possibly different between ranks. Code that no entry reaches through resolved calls has no
+answer (None): the rules stay silent there.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+
+from dplint.analysis.modules import absolute_module
+
+# ----- truth per world --------------------------------------------------------------------------------
+
+WORLDS = ("ONE", "ZERO", "LEAD", "REST")
+GROUP_WORLDS = slice(1, 4)
+
+
+class Truth(str):
+    """Four letters, one per world of `WORLDS`: T, F, U (either, alike on every rank) or Q (unknown)."""
+
+    __slots__ = ()
+
+    def __and__(self, other: "Truth") -> "Truth":  # type: ignore[override]
+        return Truth("".join(_AND[a + b] for a, b in zip(self, other)))
+
+    def __or__(self, other: "Truth") -> "Truth":  # type: ignore[override]
+        """Either holds; for where code runs, reached along either of two paths."""
+        return Truth("".join(_OR[a + b] for a, b in zip(self, other)))
+
+    def __invert__(self) -> "Truth":
+        return Truth(self.translate(_NOT))
+
+    def either(self, other: "Truth") -> "Truth":
+        """One value or the other (a name assigned in two places)."""
+        return Truth("".join(_EITHER[a + b] for a, b in zip(self, other)))
+
+
+def _table(rule: Callable[[str, str], str]) -> Dict[str, str]:
+    return {a + b: rule(a, b) for a in "TFUQ" for b in "TFUQ"}
+
+
+_AND = _table(lambda a, b: "F" if "F" in (a, b) else "T" if a == b == "T" else "Q" if "Q" in (a, b) else "U")
+_OR = _table(lambda a, b: "T" if "T" in (a, b) else "F" if a == b == "F" else "Q" if "Q" in (a, b) else "U")
+_EITHER = _table(lambda a, b: a if a == b else "Q" if "Q" in (a, b) else "U")
+_NOT = str.maketrans("TF", "FT")
+
+ALWAYS = Truth("TTTT")
+NEVER = Truth("FFFF")
+UNIFORM = Truth("UUUU")
+ONE_PROCESS = Truth("TFFF")
+WORKERS = Truth("FTTT")  # the processes `mp.spawn` starts
+VARIES = Truth("UQQQ")  # one process has one answer; the ranks of a group may differ
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a statement runs: the truth per world that it runs there."""
+
+    truth: Truth
+
+    @property
+    def in_one_process(self) -> bool:
+        return self.truth[0] != "F"
+
+    @property
+    def in_group(self) -> bool:
+        return any(letter != "F" for letter in self.truth[GROUP_WORLDS])
+
+    @property
+    def on_every_rank(self) -> bool:
+        """In a process group, every rank runs it (or, under conditions alike on every rank, may)."""
+        return all(letter in "TU" for letter in self.truth[GROUP_WORLDS])
+
+    @property
+    def on_some_ranks_only(self) -> bool:
+        """In a process group, it is known to run on some ranks and not on others."""
+        ranks = self.truth[GROUP_WORLDS]
+        return "F" in ranks and any(letter in "TU" for letter in ranks)
+
+    @property
+    def ranks(self) -> str:
+        """'all', 'global rank 0', 'local rank 0', 'ranks other than 0', 'some' or 'none': the ranks of a group that run it."""
+        ranks = self.truth[GROUP_WORLDS]
+        if ranks == "FFF":
+            return "none"
+        if all(letter in "TU" for letter in ranks):
+            return "all"
+        if "Q" in ranks:
+            return "some"
+        return {"TFF": "global rank 0", "UFF": "global rank 0", "FTF": "local rank 0", "FUF": "local rank 0"}.get(
+            ranks.replace("U", "T") if ranks.count("F") == 1 and ranks[2] == "F" else ranks,
+            "local rank 0" if ranks[2] == "F" else "ranks other than 0" if ranks[0] == "F" else "some",
+        )
+
+
+# ----- symbolic expressions ---------------------------------------------------------------------------
+#
+# An expression is a tuple: ("c", value) a constant; ("v", key) a variable; ("call", callee, args,
+# keywords); ("attr", receiver, name) an attribute of a value that is not a variable of its own;
+# ("env", name) an environment variable; ("has", name) `name in os.environ`; ("cmp", operator, left,
+# right); ("and", ...), ("or", ...), ("not", x); ("ifexp", test, body, orelse); ("bin", operator, left,
+# right); ("fmt", parts...);
+# ("tuple", items...); ("item", x, index); ("u",) anything else.
+#
+# Variable keys: "L:<function>:<name>" a local or parameter, "G:<module>:<name>" a module's global,
+# "S:<class>:<attribute path>" an attribute of `self`, "A:<text>" an attribute path of any other
+# object (`args.rank`: the same object is passed from function to function), "Q:<qualified name>" a
+# name imported from another module.
+#
+# A callee: ("q", qualified name) resolved through the file's imports and definitions, or ("m",
+# receiver expression, method name), or ("super", class, method name).
+
+Expr = tuple
+Guard = Tuple[Tuple[Expr, bool], ...]
+UNKNOWN: Expr = ("u",)
+
+_COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Is: "is",
+            ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}  # fmt: skip
+_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Mod: "%", ast.FloorDiv: "//", ast.Div: "/"}
+_ENVIRON_READS = frozenset({"os.environ.get", "os.getenv", "os.environ.__getitem__", "os.environ.setdefault"})
+_TRANSPARENT = frozenset({"int", "str", "bool", "float"})
+# Calls that start the given function as the processes of a group: spawn's process index, or the
+# launcher's, is its first argument.
+SPAWNERS = frozenset(
+    {
+        "torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "torch.multiprocessing.spawn.spawn",
+        "torch.multiprocessing.spawn.start_processes", "detectron2.engine.launch", "detectron2.engine.launch.launch",
+    }
+)  # fmt: skip
+_PROCESS_CLASSES = frozenset({"multiprocessing.Process", "torch.multiprocessing.Process", "multiprocessing.context.Process"})
+# Calls that start the process group (or a library's setup that does).
+GROUP_STARTERS = frozenset(
+    {
+        "torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group",
+        "mmcv.runner.init_dist", "mmcv.runner.dist_utils.init_dist", "mmengine.dist.init_dist",
+        "deepspeed.init_distributed", "deepspeed.comm.init_distributed", "horovod.torch.init",
+        "colossalai.launch", "colossalai.launch_from_torch", "colossalai.launch_from_slurm",
+    }
+)  # fmt: skip
+# Wraps that need a process group: a program that makes one runs in a group, wherever it was started.
+GROUP_WRAPPERS = frozenset(
+    {
+        "torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel",
+        "torch.distributed.fsdp.FullyShardedDataParallel",
+        "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+        "torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard",
+        "apex.parallel.DistributedDataParallel", "deepspeed.initialize",
+    }
+)  # fmt: skip
+_BUILTINS = frozenset(dir(builtins))
+_EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+
+
+def split(test: Expr, holds: bool) -> List[Tuple[Expr, bool]]:
+    """A condition as literals that must all hold: `a and b` is two, `not (a or b)` too."""
+    if test[0] == "not":
+        return split(test[1], not holds)
+    if (test[0] == "and" and holds) or (test[0] == "or" and not holds):
+        return [literal for part in test[1:] for literal in split(part, holds)]
+    return [(test, holds)]
+
+
+class _Scope:
+    """The names one function (or the module's top level) binds, for the keys of its variables."""
+
+    def __init__(self, key: str, parent: Optional["_Scope"], owner: Optional[str]) -> None:
+        self.key = key  # "<module>:<qualified name in the module>"
+        self.parent = parent
+        self.owner = owner  # the qualified class a method belongs to
+        self.locals: Set[str] = set()
+        self.globals: Set[str] = set()
+        self.imported: Set[str] = set()  # names bound only by an import: they name what they import
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+class Symbols:
+    """Turns a file's expressions into symbolic ones, resolving names through its scopes and imports.
+
+    One walk over the tree finds every function (the module's top level first, then each function and
+    method, nested ones too, by qualified name), the names each binds, and the file's imports."""
+
+    def __init__(self, tree: ast.Module, module: str, package: str) -> None:
+        self.module = module
+        self.aliases: Dict[str, str] = {}
+        self.modules: Set[str] = set()  # the names `import` binds to a module
+        self.defined: Dict[str, str] = {}  # top-level function and class names → qualified
+        self.module_scope = _Scope(f"{module}:<module>", None, None)
+        # (qualified name, node, scope, class) of the module's top level and of every function
+        self.functions: List[Tuple[str, ast.AST, _Scope, Optional[str]]] = [(module, tree, self.module_scope, None)]
+        self.classes: List[Tuple[str, ast.ClassDef, _Scope]] = []  # (qualified name, node, the scope it is in)
+        self.calls: Dict[int, List[ast.Call]] = {}  # id of a statement → the calls in its own expressions (not in lambdas)
+        for node in tree.body:
+            if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+                self.defined[node.name] = f"{module}.{node.name}"
+        self._walk(tree, package)
+        for _, _, scope, _ in self.functions:
+            scope.locals -= scope.globals
+            scope.imported -= scope.locals | scope.globals
+
+    def _walk(self, tree: ast.Module, package: str) -> None:
+        # (node, the scope its names bind in, the qualified name of what holds it, the class it is directly
+        # in, the statement it is part of)
+        pending: List[Tuple[ast.AST, _Scope, str, Optional[str], Optional[ast.AST]]] = [
+            (child, self.module_scope, self.module, None, None) for child in tree.body
+        ]
+        while pending:
+            node, scope, holder, in_class, statement = pending.pop()
+            if isinstance(node, ast.stmt):
+                statement = node
+            elif isinstance(node, ast.Call):
+                self.calls.setdefault(id(statement), []).append(node)
+            if isinstance(node, _FUNCTIONS):
+                if in_class is None:
+                    scope.locals.add(node.name)
+                name = f"{holder}.{node.name}"
+                inner = _Scope(f"{self.module}:{name[len(self.module) + 1:]}", scope, in_class)
+                arguments = node.args
+                for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg):
+                    if argument is not None:
+                        inner.locals.add(argument.arg)
+                self.functions.append((name, node, inner, in_class))
+                pending.extend((child, scope, holder, None, node) for child in (*node.decorator_list, *arguments.defaults, *arguments.kw_defaults) if child)
+                pending.extend((child, inner, name, None, None) for child in node.body)
+            elif isinstance(node, ast.ClassDef):
+                if in_class is None:
+                    scope.locals.add(node.name)
+                name = f"{holder}.{node.name}"
+                self.classes.append((name, node, scope))
+                pending.extend((child, scope, holder, None, node) for child in (*node.decorator_list, *node.bases))
+                # A class body's own names are class attributes, which its methods never read by name.
+                body_scope = _Scope(scope.key, scope, None)
+                for child in node.body:
+                    pending.append((child, scope, name, name, None) if isinstance(child, _FUNCTIONS) else (child, body_scope, name, None, None))
+            elif isinstance(node, ast.Global):
+                scope.globals.update(node.names)
+            elif isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Store):
+                    scope.locals.add(node.id)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    bound = alias.asname or alias.name.split(".")[0]
+                    self.aliases[bound] = alias.name if alias.asname else bound
+                    self.modules.add(bound)
+                    scope.imported.add(bound)
+            elif isinstance(node, ast.ImportFrom):
+                base = absolute_module(package, node.level, node.module or "")
+                for alias in node.names:
+                    if alias.name != "*":
+                        self.aliases[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
+                        scope.imported.add(alias.asname or alias.name)
+            if not isinstance(node, (*_FUNCTIONS, ast.ClassDef, ast.Lambda, ast.Import, ast.ImportFrom, ast.Global)):
+                pending.extend((child, scope, holder, in_class, statement) for child in ast.iter_child_nodes(node))
+
+    # -- names --
+
+    def variable(self, name: str, scope: _Scope) -> Expr:
+        current: Optional[_Scope] = scope
+        while current is not None:
+            if name in current.locals and current is not self.module_scope:
+                return ("v", f"L:{current.key}:{name}")
+            if name in current.imported and name in self.aliases:
+                return ("ref", self.aliases[name])
+            if name in current.globals:
+                break
+            current = current.parent
+        if name in self.defined:
+            return ("ref", self.defined[name])
+        if name in self.aliases and name not in self.module_scope.locals:  # not rebound at the top level
+            return ("ref", self.aliases[name])
+        if name in _BUILTINS and name not in self.module_scope.locals:
+            return ("ref", name)
+        return ("v", f"G:{self.module}:{name}")
+
+    def qualified(self, node: ast.AST, scope: _Scope) -> Optional[str]:
+        """The qualified name of a name or attribute chain whose head is imported or defined at the top."""
+        parts: List[str] = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        head = self.variable(node.id, scope)
+        if head[0] != "ref":
+            return None
+        return ".".join([head[1], *reversed(parts)])
+
+    # -- expressions --
+
+    def expr(self, node: Optional[ast.AST], scope: _Scope) -> Expr:
+        if node is None:
+            return ("c", None)
+        if isinstance(node, ast.Constant):
+            value = node.value
+            return ("c", value) if isinstance(value, (int, float, str, bool, type(None))) else UNKNOWN
+        if isinstance(node, ast.Name):
+            owner = _self_class(node.id, scope) if node.id == "self" else None
+            if owner is not None:
+                return ("self", owner)
+            found = self.variable(node.id, scope)
+            return ("v", "Q:" + found[1]) if found[0] == "ref" else found
+        if isinstance(node, ast.Attribute):
+            return self._attribute(node, scope)
+        if isinstance(node, ast.UnaryOp):
+            if isinstance(node.op, ast.Not):
+                return ("not", self.expr(node.operand, scope))
+            if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, (int, float)):
+                return ("c", -node.operand.value)
+            return ("bin", "-", ("c", 0), self.expr(node.operand, scope)) if isinstance(node.op, ast.USub) else UNKNOWN
+        if isinstance(node, ast.BoolOp):
+            return ("and" if isinstance(node.op, ast.And) else "or", *(self.expr(value, scope) for value in node.values))
+        if isinstance(node, ast.Compare):
+            return self._compare(node, scope)
+        if isinstance(node, ast.BinOp):
+            operator = _BINARY.get(type(node.op))
+            if operator is None:
+                return UNKNOWN
+            return ("bin", operator, self.expr(node.left, scope), self.expr(node.right, scope))
+        if isinstance(node, ast.Call):
+            return self.call(node, scope)
+        if isinstance(node, ast.JoinedStr):
+            return ("fmt", *(self.expr(value.value, scope) for value in node.values if isinstance(value, ast.FormattedValue)))
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return ("tuple", *(self.expr(element, scope) for element in node.elts))
+        if isinstance(node, ast.Subscript):
+            return self._subscript(node, scope)
+        if isinstance(node, ast.IfExp):
+            return ("ifexp", self.expr(node.test, scope), self.expr(node.body, scope), self.expr(node.orelse, scope))
+        if isinstance(node, ast.NamedExpr):
+            return self.expr(node.value, scope)
+        return UNKNOWN
+
+    def _attribute(self, node: ast.Attribute, scope: _Scope) -> Expr:
+        parts: List[str] = []
+        base: ast.AST = node
+        while isinstance(base, ast.Attribute):
+            parts.append(base.attr)
+            base = base.value
+        path = ".".join(reversed(parts))
+        if isinstance(base, ast.Name):
+            owner = _self_class(base.id, scope)
+            if owner is not None:
+                return ("v", f"S:{owner}:{path}")
+            if base.id in self.modules:
+                return ("v", f"Q:{self.aliases[base.id]}.{path}")
+            return ("v", f"A:{base.id}.{path}")
+        return ("attr", self.expr(base, scope), path)
+
+    def _compare(self, node: ast.Compare, scope: _Scope) -> Expr:
+        parts: List[Expr] = []
+        left = node.left
+        for operator, right in zip(node.ops, node.comparators):
+            name = _COMPARE[type(operator)]
+            if name in ("in", "not in") and _is_environ(right):
+                key = left.value if isinstance(left, ast.Constant) and isinstance(left.value, str) else None
+                found: Expr = ("has", key)
+                parts.append(found if name == "in" else ("not", found))
+            else:
+                parts.append(("cmp", name, self.expr(left, scope), self.expr(right, scope)))
+            left = right
+        return parts[0] if len(parts) == 1 else ("and", *parts)
+
+    def _subscript(self, node: ast.Subscript, scope: _Scope) -> Expr:
+        index = node.slice
+        if _is_environ(node.value):
+            return ("env", index.value if isinstance(index, ast.Constant) and isinstance(index.value, str) else None)
+        if isinstance(index, ast.Constant) and isinstance(index.value, int):
+            return ("item", self.expr(node.value, scope), index.value)
+        if isinstance(index, ast.Constant) and isinstance(index.value, str) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            # `cfg["local_rank"]`: a dictionary entry, named like an attribute.
+            inner = self.expr(node.value, scope)
+            if inner[0] == "v":
+                return ("v", f"{inner[1]}.{index.value}" if inner[1].startswith(("A:", "S:", "Q:")) else f"A:{inner[1].rpartition(':')[2]}.{index.value}")
+        return ("item", self.expr(node.value, scope), None)
+
+    def callee(self, func: ast.AST, scope: _Scope) -> Optional[Expr]:
+        qualified = self.qualified(func, scope)
+        if qualified is not None:
+            return ("q", qualified)
+        head = func
+        while isinstance(head, ast.Attribute):
+            head = head.value
+        if isinstance(head, ast.Name) and head.id in self.aliases and head.id in self.module_scope.locals and isinstance(func, ast.Attribute):
+            # `trainer = trainer.Trainer(cfg)` at the top level: the name is the module, then the instance.
+            imported = ".".join([self.aliases[head.id], *_attribute_path(func)[1:]])
+            return ("either", ("q", imported), ("m", self.expr(func.value, scope), func.attr))
+        if isinstance(func, ast.Attribute):
+            receiver = func.value
+            if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
+                owner = _self_class("self", scope)
+                return ("super", owner, func.attr) if owner is not None else None
+            return ("m", self.expr(receiver, scope), func.attr)
+        if isinstance(func, ast.Name):
+            return ("m", self.expr(func, scope), "__call__")
+        return None
+
+    def call(self, node: ast.Call, scope: _Scope) -> Expr:
+        callee = self.callee(node.func, scope)
+        if callee is None:
+            return UNKNOWN
+        if callee[0] == "q":
+            name = callee[1]
+            if name in _ENVIRON_READS or name.endswith("os.environ.get"):
+                first = node.args[0] if node.args else None
+                key = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+                default = self.expr(node.args[1], scope) if len(node.args) > 1 else ("c", None)
+                return ("or", ("env", key), default) if default != ("c", None) else ("env", key)
+            if name in _TRANSPARENT and len(node.args) == 1:
+                return self.expr(node.args[0], scope)
+        arguments = tuple(self.expr(argument, scope) for argument in node.args if not isinstance(argument, ast.Starred))
+        keywords = tuple((keyword.arg, self.expr(keyword.value, scope)) for keyword in node.keywords if keyword.arg)
+        return ("call", callee, arguments, keywords)
+
+
+def _attribute_path(node: ast.AST) -> List[str]:
+    parts: List[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return list(reversed(parts))
+
+
+def _self_class(name: str, scope: _Scope) -> Optional[str]:
+    """The class whose instance `name` is, where it is the `self` of a method (or of one a closure is in)."""
+    current: Optional[_Scope] = scope
+    while current is not None:
+        if name in current.locals:
+            return current.owner if name == "self" else None
+        current = current.parent
+    return None
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "environ" and isinstance(node.value, ast.Name) and node.value.id == "os"
+
+
+# ----- a function's statements, each with the conditions it runs under --------------------------------
+
+
+def _exits(body: Sequence[ast.stmt]) -> bool:
+    """Whether a block always leaves the code after it: `return`, `raise`, `sys.exit()`, `continue`..."""
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+        return True
+    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+        func = last.value.func
+        name = func.id if isinstance(func, ast.Name) else f"{getattr(func.value, 'id', '')}.{func.attr}" if isinstance(func, ast.Attribute) else ""
+        return name in _EXIT_CALLS
+    if isinstance(last, ast.If):
+        return _exits(last.body) and _exits(last.orelse)
+    return False
+
+
+def guarded_statements(body: Sequence[ast.stmt], symbols: Symbols, scope: _Scope, guard: Guard = ()) -> Iterator[Tuple[ast.stmt, Guard]]:
+    """Every statement of a function's body (not of the functions and classes it defines), in order,
+    with the literals that hold whenever it runs: the tests of the branches it is in, and of the early
+    exits (`if not is_master: return`, `assert not distributed`) above it in its block."""
+    for statement in body:
+        yield statement, guard
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(statement, ast.If):
+            test = symbols.expr(statement.test, scope)
+            yield from guarded_statements(statement.body, symbols, scope, guard + tuple(split(test, True)))
+            yield from guarded_statements(statement.orelse, symbols, scope, guard + tuple(split(test, False)))
+            body_exits, else_exits = _exits(statement.body), _exits(statement.orelse)
+            if body_exits and not else_exits:
+                guard = guard + tuple(split(test, False))
+            elif else_exits and not body_exits:
+                guard = guard + tuple(split(test, True))
+        elif isinstance(statement, ast.While):
+            test = symbols.expr(statement.test, scope)
+            yield from guarded_statements(statement.body, symbols, scope, guard + tuple(split(test, True)))
+            yield from guarded_statements(statement.orelse, symbols, scope, guard)
+        elif isinstance(statement, ast.Assert):
+            guard = guard + tuple(split(symbols.expr(statement.test, scope), True))
+        elif isinstance(statement, ast.Try) or type(statement).__name__ == "TryStar":
+            for block in (statement.body, *(handler.body for handler in statement.handlers), statement.orelse, statement.finalbody):  # type: ignore[attr-defined]
+                yield from guarded_statements(block, symbols, scope, guard)
+        elif isinstance(statement, ast.Match):
+            for case in statement.cases:
+                yield from guarded_statements(case.body, symbols, scope, guard)
+        else:
+            for name in ("body", "orelse"):
+                yield from guarded_statements(getattr(statement, name, ()), symbols, scope, guard)
+
+
+# ----- pass 1: a file's summary ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallSite:
+    callee: Expr
+    guard: Guard
+    line: int
+    arguments: Tuple[Expr, ...] = ()
+    keywords: Tuple[Tuple[str, Expr], ...] = ()
+    spawn: bool = False  # the callee is started as the processes of a group (its first argument: the index)
+    # Functions passed as arguments (position, callee): a project function may start one (`launch(main)`).
+    functions: Tuple[Tuple[int, Expr], ...] = ()
+
+
+@dataclass(frozen=True)
+class FunctionSummary:
+    name: str  # the qualified name: "pkg.train.main", "pkg.train.Trainer.fit"; "pkg.train" for the module's top level
+    line: int
+    end_line: int
+    params: Tuple[str, ...] = ()
+    defaults: Tuple[Tuple[str, Expr], ...] = ()
+    owner: Optional[str] = None  # the class of a method
+    calls: Tuple[CallSite, ...] = ()
+    starts: Tuple[Tuple[Guard, int], ...] = ()  # where it starts a process group (a call, under a guard)
+    wraps: Tuple[Tuple[Guard, int], ...] = ()  # where it wraps a model in DDP/FSDP
+    assigns: Tuple[Tuple[str, Guard, Expr], ...] = ()  # variable key, the conditions it is assigned under, value
+    returns: Tuple[Tuple[Guard, Expr], ...] = ()  # what it returns, under which conditions
+    spawned_parameters: Tuple[int, ...] = ()  # its parameters it starts as a group's processes
+    decorators: Tuple[str, ...] = ()
+    main_guard: Optional[Guard] = None  # the module's top level: the guard of its `__main__` block
+
+
+@dataclass(frozen=True)
+class ExecutionSummary:
+    module: str
+    functions: Tuple[FunctionSummary, ...] = ()
+    classes: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # qualified class → its bases, qualified
+    aliases: Tuple[Tuple[str, str], ...] = ()  # names the module imports: how others reach re-exports
+    # It may run as a program: a `__main__` block, or calls at its top level (where no project file imports it).
+    script: bool = False
+
+
+def summarize(tree: ast.Module, module: str, package: str) -> ExecutionSummary:
+    symbols = Symbols(tree, module, package)
+    functions = [_summarize_body(node, name, node.body, symbols, scope, owner) for name, node, scope, owner in symbols.functions]  # type: ignore[attr-defined]
+    classes = [
+        (name, tuple(base for base in (symbols.qualified(b, scope) for b in node.bases) if base))
+        for name, node, scope in symbols.classes
+    ]
+    top = functions[0]
+    script = top.main_guard is not None or any(
+        isinstance(node, ast.Call)
+        for statement in tree.body
+        if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom))
+        for node in ast.walk(statement)
+    )
+    return ExecutionSummary(module, tuple(functions), tuple(classes), tuple(sorted(symbols.aliases.items())), script)
+
+
+def _summarize_body(node: ast.AST, name: str, body: Sequence[ast.stmt], symbols: Symbols, scope: _Scope, owner: Optional[str]) -> FunctionSummary:
+    calls: List[CallSite] = []
+    starts: List[Tuple[Guard, int]] = []
+    wraps: List[Tuple[Guard, int]] = []
+    assigns: List[Tuple[str, Guard, Expr]] = []
+    returns: List[Tuple[Guard, Expr]] = []
+    spawned: Set[int] = set()
+    params: Tuple[str, ...] = ()
+    defaults: List[Tuple[str, Expr]] = []
+    decorators: Tuple[str, ...] = ()
+    main_guard: Optional[Guard] = None
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        arguments = node.args
+        positional = [*arguments.posonlyargs, *arguments.args]
+        params = tuple(argument.arg for argument in positional)
+        for argument, default in zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults):
+            defaults.append((argument.arg, symbols.expr(default, scope.parent or scope)))
+        decorators = tuple(
+            symbols.qualified(decorator.func if isinstance(decorator, ast.Call) else decorator, scope.parent or scope)
+            or _last_name(decorator.func if isinstance(decorator, ast.Call) else decorator)
+            for decorator in node.decorator_list
+        )
+    for statement, guard in guarded_statements(body, symbols, scope):
+        if isinstance(node, ast.Module) and isinstance(statement, ast.If) and _is_main_test(statement.test):
+            main_guard = guard
+        if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and statement.value is not None:
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            value = symbols.expr(statement.value, scope)
+            if isinstance(statement, ast.AugAssign):
+                value = ("bin", _BINARY.get(type(statement.op), "?"), symbols.expr(statement.target, scope), value)
+            for target in targets:
+                assigns.extend((key, guard, bound) for key, bound in _bindings(target, value, symbols, scope))
+        elif isinstance(statement, (ast.For, ast.AsyncFor)):
+            assigns.extend((key, guard, bound) for key, bound in _bindings(statement.target, UNKNOWN, symbols, scope))
+        elif isinstance(statement, (ast.With, ast.AsyncWith)):
+            for item in statement.items:
+                if item.optional_vars is not None:
+                    bindings = _bindings(item.optional_vars, symbols.expr(item.context_expr, scope), symbols, scope)
+                    assigns.extend((key, guard, bound) for key, bound in bindings)
+        elif isinstance(statement, ast.Return) and statement.value is not None:
+            returns.append((guard, symbols.expr(statement.value, scope)))
+        for inner in symbols.calls.get(id(statement), ()):
+            callee = symbols.callee(inner.func, scope)
+            if callee is None:
+                continue
+            line = inner.lineno
+            qualified = callee[1] if callee[0] == "q" else ""
+            arguments = tuple(symbols.expr(argument, scope) for argument in inner.args if not isinstance(argument, ast.Starred))
+            keywords = tuple((keyword.arg, symbols.expr(keyword.value, scope)) for keyword in inner.keywords if keyword.arg)
+            if qualified in GROUP_STARTERS:
+                starts.append((guard, line))
+            if qualified in GROUP_WRAPPERS:
+                wraps.append((guard, line))
+            target = None
+            if qualified in SPAWNERS and inner.args:
+                target = inner.args[0]
+            elif qualified in _PROCESS_CLASSES:
+                target = next((keyword.value for keyword in inner.keywords if keyword.arg == "target"), None)
+            if target is not None:
+                spawned_callee = symbols.callee(target, scope)
+                if isinstance(target, ast.Name) and target.id in params and target.id in scope.locals:
+                    spawned.add(params.index(target.id))
+                elif spawned_callee is not None:
+                    rest = tuple(symbols.expr(a, scope) for a in _spawn_arguments(inner, qualified))
+                    calls.append(CallSite(spawned_callee, guard, line, rest, (), spawn=True))
+                continue
+            passed = tuple(
+                (index, found)
+                for index, argument in enumerate(inner.args)
+                if isinstance(argument, (ast.Name, ast.Attribute)) and (found := symbols.callee(argument, scope)) is not None and found[0] == "q"
+            )
+            calls.append(CallSite(callee, guard, line, arguments, keywords, functions=passed))
+    return FunctionSummary(
+        name=name,
+        line=getattr(node, "lineno", 1),
+        end_line=getattr(node, "end_lineno", None) or 1 << 30,
+        params=params,
+        defaults=tuple(defaults),
+        owner=owner,
+        calls=tuple(calls),
+        starts=tuple(starts),
+        wraps=tuple(wraps),
+        assigns=tuple(assigns),
+        returns=tuple(returns),
+        spawned_parameters=tuple(sorted(spawned)),
+        decorators=decorators,
+        main_guard=main_guard,
+    )
+
+
+def _spawn_arguments(call: ast.Call, qualified: str) -> List[ast.AST]:
+    """The arguments the spawned function gets after its process index: spawn's `args=(...)` tuple."""
+    for keyword in call.keywords:
+        if keyword.arg == "args" and isinstance(keyword.value, (ast.Tuple, ast.List)):
+            return list(keyword.value.elts)
+    if qualified.endswith("spawn") and len(call.args) > 1 and isinstance(call.args[1], (ast.Tuple, ast.List)):
+        return list(call.args[1].elts)
+    return []
+
+
+def _bindings(target: ast.AST, value: Expr, symbols: Symbols, scope: _Scope) -> List[Tuple[str, Expr]]:
+    if isinstance(target, (ast.Tuple, ast.List)):
+        found = []
+        for index, element in enumerate(target.elts):
+            found.extend(_bindings(element, ("item", value, index), symbols, scope))
+        return found
+    if isinstance(target, (ast.Name, ast.Attribute)) or (isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant)):
+        key = symbols.expr(target, scope)
+        if key[0] == "v" and not key[1].startswith("Q:"):
+            found = [(key[1], value)]
+            if key[1].startswith("A:") and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                # `learner.is_master = rank == 0`: an attribute of the object the variable holds, whose
+                # class the project may know (its methods read it as `self.is_master`).
+                holder = symbols.expr(target.value, scope)
+                if holder[0] == "v":
+                    found.append((f"T:{holder[1]}|{target.attr}", value))
+            return found
+    return []
+
+
+def _is_main_test(test: ast.AST) -> bool:
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+    )
+
+
+def _last_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
+
+
+# ----- values ---------------------------------------------------------------------------------------
+#
+# A value: ("rank", "global" | "local" | "any") a number that differs between the ranks of a group;
+# ("world",) the world size; ("bool", Truth) a test; ("const", value); ("tuple", values...);
+# ("uniform",) anything alike on every rank; ("varies",) anything that may differ between ranks.
+
+Value = tuple
+UNIFORM_VALUE: Value = ("uniform",)
+VARIES_VALUE: Value = ("varies",)
+
+# Environment variables the launchers set (torchrun, SLURM, Open MPI, Intel MPI).
+_GLOBAL_RANK_VARIABLES = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+_LOCAL_RANK_VARIABLES = frozenset({"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
+_WORLD_SIZE_VARIABLES = frozenset({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+# What library calls return.
+_LIBRARY_VALUES: Mapping[str, Value] = {
+    "torch.distributed.get_rank": ("rank", "global"),
+    "torch.distributed.distributed_c10d.get_rank": ("rank", "global"),
+    "torch.distributed.get_global_rank": ("rank", "global"),
+    "torch.distributed.get_node_local_rank": ("rank", "local"),
+    "torch.distributed.get_world_size": ("world",),
+    "torch.distributed.distributed_c10d.get_world_size": ("world",),
+    "torch.distributed.is_initialized": ("bool", WORKERS),
+    "torch.distributed.distributed_c10d.is_initialized": ("bool", WORKERS),
+    "deepspeed.comm.get_rank": ("rank", "global"),
+    "deepspeed.comm.get_local_rank": ("rank", "local"),
+    "deepspeed.comm.get_world_size": ("world",),
+    "horovod.torch.rank": ("rank", "global"),
+    "horovod.torch.local_rank": ("rank", "local"),
+    "horovod.torch.size": ("world",),
+    "mmcv.runner.get_dist_info": ("tuple", ("rank", "global"), ("world",)),
+    "mmcv.runner.dist_utils.get_dist_info": ("tuple", ("rank", "global"), ("world",)),
+    "mmengine.dist.get_dist_info": ("tuple", ("rank", "global"), ("world",)),
+    "mmengine.dist.get_rank": ("rank", "global"),
+    "mmengine.dist.is_main_process": ("bool", Truth("UTFF")),
+    "detectron2.utils.comm.get_rank": ("rank", "global"),
+    "detectron2.utils.comm.get_local_rank": ("rank", "local"),
+    "detectron2.utils.comm.get_world_size": ("world",),
+    "detectron2.utils.comm.is_main_process": ("bool", Truth("UTFF")),
+}
+# Attributes of the frameworks' objects (Accelerate's `Accelerator`, Lightning's `Trainer`, Fabric),
+# known by their names since the objects' classes are not followed.
+_FRAMEWORK_ATTRIBUTES: Mapping[str, Value] = {
+    "is_main_process": ("bool", Truth("UTFF")),
+    "is_local_main_process": ("bool", Truth("UTTF")),
+    "is_global_zero": ("bool", Truth("UTFF")),
+    "process_index": ("rank", "global"),
+    "local_process_index": ("rank", "local"),
+    "global_rank": ("rank", "global"),
+    "num_processes": ("world",),
+}
+# The last resort for a name nothing in the project assigns (an argparse option, a config entry): a
+# rank by its name. Whatever looks like a rank and is not known stays unknown, so rules stay silent.
+_LOCAL_RANK_NAME = re.compile(r"^(?:local_?rank|local_?process_?index|localid)$", re.I)
+_GLOBAL_RANK_NAME = re.compile(r"^(?:global|dist|ddp|world)_?rank$", re.I)
+_RANK_NAME = re.compile(r"^(?:\w+_)?rank(?:_?id|_?idx)?$", re.I)
+# A test of "is this the main process" (not a flag about rank 0, such as `eval_on_rank0`).
+_RANK_PREDICATE_NAME = re.compile(
+    r"^(?:is_)?(?:local_|global_)?(?:main|master)(?:_process|_rank|_node|_proc|_worker)?$|^is_(?:global|local)_zero$"
+    r"|^is_rank_?(?:0|zero)$|^(?:on_)?rank_?(?:0|zero)$",
+    re.I,
+)
+_WORLD_SIZE_NAME = re.compile(r"^(?:world_?size|num_?processes|n_?procs|num_?replicas)$", re.I)
+_RANK_ZERO_DECORATOR = re.compile(r"rank_?zero|rank0|master_only|main_process_only|on_main_process", re.I)
+
+
+def truth_of(value: Value) -> Truth:
+    kind = value[0]
+    if kind == "bool":
+        return value[1]
+    if kind == "const":
+        return ALWAYS if value[1] else NEVER
+    if kind == "rank":
+        return ~_rank_equals(value[1], 0)
+    if kind == "world":
+        return ALWAYS
+    if kind == "varies":
+        return VARIES
+    return UNIFORM
+
+
+def varies(value: Value) -> bool:
+    """Whether the value may differ between the ranks of a group."""
+    kind = value[0]
+    if kind in ("rank", "varies"):
+        return True
+    if kind == "bool":
+        ranks = value[1][GROUP_WORLDS]
+        return len(set(ranks)) > 1 or "Q" in ranks
+    if kind == "tuple":
+        return any(varies(item) for item in value[1:])
+    return False
+
+
+def join(a: Value, b: Value) -> Value:
+    if a == b:
+        return a
+    for first, second in ((a, b), (b, a)):
+        if first[0] == "varies":
+            return first
+        if first[0] == "rank":
+            return ("rank", first[1] if second[0] != "rank" else "any")
+        if first[0] == "world" and second[0] in ("const", "uniform", "world"):
+            return first
+    if a[0] in ("bool", "const") and b[0] in ("bool", "const", "uniform"):
+        return ("bool", truth_of(a).either(truth_of(b)))
+    if b[0] == "bool" and a[0] == "uniform":
+        return ("bool", UNIFORM.either(b[1]))
+    if a[0] == b[0] == "tuple" and len(a) == len(b):
+        return ("tuple", *(join(x, y) for x, y in zip(a[1:], b[1:])))
+    return UNIFORM_VALUE
+
+
+def _rank_equals(kind: str, number: object) -> Truth:
+    """`rank == number` per world, for a rank of that kind."""
+    if number == 0:
+        return Truth({"global": "UTFF", "local": "UTTF"}.get(kind, "UTQF"))
+    if number == -1 or number is None:
+        return Truth("UFFF")
+    if isinstance(number, int) and number > 0:
+        return Truth("UFQQ")
+    return VARIES
+
+
+def _compare(operator: str, left: Value, right: Value) -> Value:
+    if left[0] == "const" and right[0] != "const" and operator in ("==", "!=", "is", "is not"):
+        left, right = right, left
+    if right[0] == "tuple" and operator in ("in", "not in"):
+        found = NEVER
+        for item in right[1:]:
+            found = found | truth_of(_compare("==", left, item))
+        return ("bool", found if operator == "in" else ~found)
+    if left[0] == "const" and right[0] == "const":
+        try:
+            holds = {"==": left[1] == right[1], "!=": left[1] != right[1], "is": left[1] is right[1], "is not": left[1] is not right[1],
+                     "<": left[1] < right[1], "<=": left[1] <= right[1], ">": left[1] > right[1], ">=": left[1] >= right[1]}.get(operator)  # type: ignore[operator]
+        except TypeError:
+            holds = None
+        return ("const", holds) if holds is not None else UNIFORM_VALUE
+    if right[0] == "const" and left[0] == "rank":
+        number, kind = right[1], left[1]
+        if operator in ("==", "is"):
+            return ("bool", _rank_equals(kind, number))
+        if operator in ("!=", "is not"):
+            return ("bool", ~_rank_equals(kind, number))
+        if isinstance(number, int) and operator in ("<", "<=", ">", ">="):
+            below = number - 1 if operator == "<" else number if operator == "<=" else None
+            above = number + 1 if operator == ">" else number if operator == ">=" else None
+            if below is not None:  # rank <= below
+                return ("bool", Truth("UFFF") if below < 0 else (_rank_equals(kind, 0) | _rank_equals(kind, -1)) if below == 0 else VARIES)
+            if above is not None:  # rank >= above
+                return ("bool", Truth("UTTT") if above <= 0 else ~(_rank_equals(kind, 0) | _rank_equals(kind, -1)) if above == 1 else VARIES)
+        return ("bool", VARIES)
+    if right[0] == "const" and left[0] == "world" and isinstance(right[1], int) and operator in _ORDER:
+        return ("bool", _world_compared(operator, right[1]))
+    if varies(left) or varies(right):
+        return ("bool", VARIES)
+    return ("bool", UNIFORM)
+
+
+_ORDER = {
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+}  # fmt: skip
+
+
+def _world_compared(operator: str, number: int) -> Truth:
+    """`world_size <op> number`: one process has a world of 1; a group, of 2 or more."""
+    holds = _ORDER[operator]
+    in_group = {holds(size, number) for size in range(2, max(number, 2) + 2)}
+    return Truth(("T" if holds(1, number) else "F") + ("T" if in_group == {True} else "F" if in_group == {False} else "U") * 3)
+
+
+def _arithmetic(operator: str, left: Value, right: Value) -> Value:
+    ranks = [value for value in (left, right) if value[0] == "rank"]
+    if ranks:
+        if operator in ("%",) and left[0] == "rank":
+            return ("rank", "local")
+        if operator in ("//",) and left[0] == "rank":
+            return VARIES_VALUE  # a node's index: several ranks share it
+        return ("rank", "global" if len(ranks) == 2 or ranks[0][1] == "global" else "any")
+    if varies(left) or varies(right):
+        return VARIES_VALUE
+    if left[0] == right[0] == "const":
+        try:
+            return ("const", {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}[operator](left[1], right[1]))
+        except (KeyError, TypeError):
+            return UNIFORM_VALUE
+    if "world" in (left[0], right[0]) and operator in ("*", "//", "/"):
+        return ("world",)
+    return UNIFORM_VALUE
+
+
+# ----- the project's programs -------------------------------------------------------------------------
+
+FunctionId = Tuple[str, str]  # (filename, qualified name)
+_MAX_DEPTH = 6  # calls followed inside one value: `is_main_process()` → `get_rank()` → `dist.get_rank()`
+
+
+@dataclass
+class _File:
+    filename: str
+    summary: ExecutionSummary
+    functions: Dict[str, FunctionSummary] = field(default_factory=dict)  # qualified name → summary
+    classes: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
+    aliases: Dict[str, str] = field(default_factory=dict)
+
+
+class ExecutionModel:
+    """Where the functions of the project's programs run, from their entries along the resolved calls.
+
+    `resolve_module(module, from_file)` is the project's import resolution (a file, or None);
+    `imported` holds the files some project file imports (a file nobody imports is run from outside).
+    """
+
+    def __init__(self, summaries: Mapping[str, ExecutionSummary], resolve_module: Callable[[str, str], Optional[str]], imported: FrozenSet[str]) -> None:
+        self.files: Dict[str, _File] = {}
+        self._by_module: Dict[str, str] = {}
+        for filename, summary in summaries.items():
+            info = _File(filename, summary, {f.name: f for f in summary.functions}, dict(summary.classes), dict(summary.aliases))
+            self.files[filename] = info
+            self._by_module.setdefault(summary.module, filename)
+        self._resolve_module = resolve_module
+        self._imported = imported
+        # variable key → (function, guard, value) of each assignment
+        self._assigned: Dict[str, List[Tuple[FunctionId, Guard, Expr]]] = {}
+        for filename, info in self.files.items():
+            for function in info.functions.values():
+                for key, guard, value in function.assigns:
+                    self._assigned.setdefault(key, []).append(((filename, function.name), guard, value))
+        self._subclasses: Dict[str, Set[str]] = {}
+        for info in self.files.values():
+            for name, bases in info.classes.items():
+                for base in bases:
+                    resolved = self._class(base, info.filename)
+                    if resolved is not None:
+                        self._subclasses.setdefault(resolved[1], set()).add(name)
+        self._class_file = {name: filename for filename, info in self.files.items() for name in info.classes}
+        self._types: Dict[str, FrozenSet[str]] = {}
+        for key in [key for key in self._assigned if key.startswith("T:")]:
+            holder, _, attribute = key[2:].partition("|")
+            filename = self._assigned[key][0][0][0]
+            for class_name in self.types(("v", holder), filename):
+                self._assigned.setdefault(f"S:{class_name}:{attribute}", []).extend(self._assigned[key])
+
+    # -- resolving names ----------------------------------------------------------------------------
+
+    def _lookup(self, qualified: str, from_file: str, depth: int = 0) -> Optional[Tuple[str, str, str]]:
+        """("function" | "class", filename, qualified name in that file) for a dotted name, else None."""
+        if depth > 4:
+            return None
+        own = self.files.get(from_file)
+        if own is not None:
+            found = self._in_file(own, qualified)
+            if found is not None:
+                return found
+        parts = qualified.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            filename = self._resolve_module(".".join(parts[:cut]), from_file)
+            if filename is None or filename not in self.files:
+                continue
+            info = self.files[filename]
+            found = self._in_file(info, f"{info.summary.module}.{'.'.join(parts[cut:])}")
+            if found is not None:
+                return found
+            alias = info.aliases.get(parts[cut])
+            if alias is not None and alias != qualified:
+                return self._lookup(".".join([alias, *parts[cut + 1 :]]), filename, depth + 1)
+            return None
+        return None
+
+    @staticmethod
+    def _in_file(info: _File, qualified: str) -> Optional[Tuple[str, str, str]]:
+        if qualified in info.functions and qualified != info.summary.module:
+            return ("function", info.filename, qualified)
+        if qualified in info.classes:
+            return ("class", info.filename, qualified)
+        return None
+
+    def _class(self, qualified: str, from_file: str) -> Optional[Tuple[str, str]]:
+        found = self._lookup(qualified, from_file)
+        return (found[1], found[2]) if found is not None and found[0] == "class" else None
+
+    def _method(self, class_name: str, method: str, seen: Optional[Set[str]] = None) -> Optional[FunctionId]:
+        """The method a call on an instance of the class runs: its own, or the nearest base's."""
+        seen = seen if seen is not None else set()
+        filename = self._class_file.get(class_name)
+        if filename is None or class_name in seen:
+            return None
+        seen.add(class_name)
+        info = self.files[filename]
+        if f"{class_name}.{method}" in info.functions:
+            return (filename, f"{class_name}.{method}")
+        for base in info.classes.get(class_name, ()):
+            resolved = self._class(base, filename)
+            if resolved is not None:
+                found = self._method(resolved[1], method, seen)
+                if found is not None:
+                    return found
+        return None
+
+    def _overrides(self, class_name: str, method: str) -> List[FunctionId]:
+        """The method as the class and each of its subclasses define it (a call on `self` runs any of them)."""
+        found: List[FunctionId] = []
+        pending, seen = [class_name], set()
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            target = self._method(name, method)
+            if target is not None and target not in found:
+                found.append(target)
+            pending.extend(self._subclasses.get(name, ()))
+        return found
+
+    def targets(self, callee: Expr, from_file: str) -> List[Tuple[FunctionId, int]]:
+        """The project functions a call may run, each with how many leading parameters the call does not
+        pass (`self` of a method, of a class's `__init__`)."""
+        kind = callee[0]
+        if kind == "either":
+            return self.targets(callee[1], from_file) or self.targets(callee[2], from_file)
+        if kind == "q":
+            found = self._lookup(callee[1], from_file)
+            if found is None:
+                return []
+            if found[0] == "function":
+                function = self.files[found[1]].functions[found[2]]
+                return [((found[1], found[2]), 1 if function.owner is not None else 0)]
+            init = self._method(found[2], "__init__")
+            return [(init, 1)] if init is not None else []
+        if kind == "super":
+            filename = self._class_file.get(callee[1])
+            bases = self.files[filename].classes.get(callee[1], ()) if filename else ()
+            for base in bases:
+                resolved = self._class(base, filename)  # type: ignore[arg-type]
+                target = self._method(resolved[1], callee[2]) if resolved is not None else None
+                if target is not None:
+                    return [(target, 1)]
+            return []
+        if kind == "m":
+            receiver, method = callee[1], callee[2]
+            if receiver[0] == "self":
+                return [(target, 1) for target in self._overrides(receiver[1], method)]
+            return [(target, 1) for name in sorted(self.types(receiver, from_file)) for target in [self._method(name, method)] if target]
+        return []
+
+    def types(self, expr: Expr, from_file: str, depth: int = 0) -> FrozenSet[str]:
+        """The project classes whose instance the expression may hold (`trainer = Trainer(cfg)`)."""
+        kind = expr[0]
+        if depth > _MAX_DEPTH:
+            return frozenset()
+        if kind == "call" and expr[1][0] == "either":
+            return self.types(("call", expr[1][1]), from_file, depth + 1) or self.types(("call", expr[1][2]), from_file, depth + 1)
+        if kind == "call" and expr[1][0] == "q":
+            found = self._lookup(expr[1][1], from_file)
+            if found is not None and found[0] == "class":
+                return frozenset({found[2]})
+            if found is not None:
+                function = self.files[found[1]].functions[found[2]]
+                return frozenset().union(*(self.types(value, found[1], depth + 1) for _, value in function.returns))
+            return frozenset()
+        if kind == "self":
+            return frozenset({expr[1]})
+        if kind == "v":
+            key = expr[1]
+            if key in self._types:
+                return self._types[key]
+            self._types[key] = frozenset()
+            found: Set[str] = set()
+            for (filename, _), _, value in self._assigned.get(key, ()):
+                found |= self.types(value, filename, depth + 1)
+            self._types[key] = frozenset(found)
+            return self._types[key]
+        if kind == "or":
+            return frozenset().union(*(self.types(part, from_file, depth + 1) for part in expr[1:]))
+        return frozenset()
+
+    # -- the call graph ----------------------------------------------------------------------------
+
+    @cached_property
+    def _edges(self) -> Dict[FunctionId, List[Tuple[CallSite, FunctionId, int, bool]]]:
+        """Each function's calls of project functions: (site, callee, parameters skipped, spawned). A
+        function passed to a call is called there too (`fire.Fire(main)`, a callback), and started as a
+        group's workers where the callee spawns that parameter (`launch(main_worker, ...)`)."""
+        edges: Dict[FunctionId, List[Tuple[CallSite, FunctionId, int, bool]]] = {}
+        for filename, info in self.files.items():
+            for name, function in info.functions.items():
+                found = edges.setdefault((filename, name), [])
+                for site in function.calls:
+                    targets = self.targets(site.callee, filename)
+                    for target, skipped in targets:
+                        found.append((site, target, skipped, site.spawn))
+                    for index, passed in site.functions:
+                        spawned = any(
+                            index + skipped in self.function(target).spawned_parameters for target, skipped in targets
+                        )
+                        for started, started_skipped in self.targets(passed, filename):
+                            found.append((CallSite(passed, site.guard, site.line, spawn=spawned), started, started_skipped, spawned))
+        return edges
+
+    def function(self, function: FunctionId) -> FunctionSummary:
+        return self.files[function[0]].functions[function[1]]
+
+    @cached_property
+    def _callers(self) -> Dict[FunctionId, List[Tuple[FunctionId, CallSite, int, bool]]]:
+        callers: Dict[FunctionId, List[Tuple[FunctionId, CallSite, int, bool]]] = {}
+        for caller, edges in self._edges.items():
+            for site, target, skipped, spawn in edges:
+                callers.setdefault(target, []).append((caller, site, skipped, spawn))
+        return callers
+
+    @lru_cache(maxsize=None)
+    def _reaches_group(self, start: FunctionId) -> Tuple[bool, bool]:
+        """Whether the calls from `start` reach a process group's start (or a DDP/FSDP wrap): directly,
+        and through a spawn."""
+        directly = spawned = False
+        seen: Set[FunctionId] = set()
+        pending: List[Tuple[FunctionId, bool]] = [(start, False)]
+        while pending:
+            current, through_spawn = pending.pop()
+            if (current, through_spawn) in seen:  # type: ignore[comparison-overlap]
+                continue
+            seen.add((current, through_spawn))  # type: ignore[arg-type]
+            function = self.function(current)
+            if function.starts or function.wraps:
+                if through_spawn:
+                    spawned = True
+                else:
+                    directly = True
+            for _, target, _, spawn in self._edges.get(current, ()):
+                pending.append((target, through_spawn or spawn))
+        return directly, spawned
+
+    @cached_property
+    def entries(self) -> Dict[FunctionId, Truth]:
+        """The programs' entries and how each is launched: a script's top level, once (`python`) unless
+        it reaches a group's start without spawning (then `torchrun` may run it on every rank), and a
+        top-level function that starts a group in a file the project never imports (a console script)."""
+        found: Dict[FunctionId, Truth] = {}
+        for filename, info in self.files.items():
+            top = (filename, info.summary.module)
+            if info.summary.script and (info.functions[info.summary.module].main_guard is not None or filename not in self._imported):
+                directly, _ = self._reaches_group(top)
+                found[top] = ALWAYS if directly else ONE_PROCESS
+            elif filename not in self._imported:
+                for name, function in info.functions.items():
+                    if function.owner is None and name.count(".") == info.summary.module.count(".") + 1 and not self._callers.get((filename, name)):
+                        if self._reaches_group((filename, name))[0]:
+                            found[(filename, name)] = ALWAYS
+        return found
+
+    # -- where each function runs -------------------------------------------------------------------
+
+    @cached_property
+    def programs(self) -> List["Program"]:
+        """One program per entry, each with its mode tests and where its functions run."""
+        # Programs with the same mode test share one evaluation over their functions together (one
+        # project's scripts usually do): their values are worked out once.
+        groups: Dict[FrozenSet[Tuple[Expr, bool]], List[FunctionId]] = {}
+        for entry in self.entries:
+            groups.setdefault(self._mode_literals(entry), []).append(entry)
+        found = []
+        for modes, entries in groups.items():
+            evaluation = Evaluation(self, modes, frozenset().union(*(self._reachable(entry) for entry in entries)))
+            for entry in entries:
+                found.append(Program(entry, self._entry_truth(entry, self.entries[entry], evaluation), evaluation))
+        return found
+
+    @cached_property
+    def default_evaluation(self) -> "Evaluation":
+        return Evaluation(self, frozenset(), None)
+
+    def _reachable(self, entry: FunctionId) -> FrozenSet[FunctionId]:
+        """The functions the entry's calls reach, and the top level of their modules (run on import)."""
+        seen = {entry}
+        pending = [entry]
+        while pending:
+            for _, target, _, _ in self._edges.get(pending.pop(), ()):
+                if target not in seen:
+                    seen.add(target)
+                    pending.append(target)
+        tops = {(filename, self.files[filename].summary.module) for filename, _ in seen}
+        return frozenset(seen | tops)
+
+    def _mode_literals(self, entry: FunctionId) -> FrozenSet[Tuple[Expr, bool]]:
+        """The literals that hold wherever the program's process group exists: those on every path from
+        its entry to every start of a group (`if args.distributed: init_process_group(...)`)."""
+        dominating: Dict[FunctionId, FrozenSet[Tuple[Expr, bool]]] = {entry: frozenset()}
+        order = [entry]
+        while order:
+            current = order.pop()
+            for site, target, _, spawn in self._edges.get(current, ()):
+                along = frozenset() if spawn else dominating[current] | frozenset(site.guard)
+                before = dominating.get(target)
+                after = along if before is None else before & along
+                if after != before:
+                    dominating[target] = after
+                    order.append(target)
+        necessary: Optional[FrozenSet[Tuple[Expr, bool]]] = None
+        for function_id, literals in dominating.items():
+            for guard, _ in self.function(function_id).starts:
+                path = literals | frozenset(guard)
+                necessary = path if necessary is None else necessary & path
+        return necessary or frozenset()
+
+    def _entry_truth(self, entry: FunctionId, launch: Truth, evaluation: "Evaluation") -> Dict[FunctionId, Truth]:
+        """Where each function the entry reaches runs when called: along the calls, each call's
+        conditions narrow where its caller runs; the workers a spawn starts run on every rank."""
+        truth: Dict[FunctionId, Truth] = {entry: launch & self._decorated(entry)}
+        pending: List[FunctionId] = [entry]
+        while pending:
+            current = pending.pop()
+            here = truth[current]
+            for site, target, _, spawn in self._edges.get(current, ()):
+                reached = evaluation.guard_truth(site.guard, current[0], here)
+                if reached == NEVER:
+                    continue
+                if spawn:
+                    # The processes a spawn starts form a group if they start one (or wrap in DDP).
+                    arriving = WORKERS if self._reaches_group(target)[0] else ONE_PROCESS
+                else:
+                    arriving = reached
+                arriving = arriving & self._decorated(target)
+                before = truth.get(target)
+                after = arriving if before is None else before | arriving
+                if after != before:
+                    truth[target] = after
+                    pending.append(target)
+        return truth
+
+    def _decorated(self, function_id: FunctionId) -> Truth:
+        """`@rank_zero_only` (Lightning), `@master_only` (mmcv): the body runs on rank 0 alone."""
+        for decorator in self.function(function_id).decorators:
+            if _RANK_ZERO_DECORATOR.search(decorator.rpartition(".")[2]):
+                return Truth("TTFF")
+        return ALWAYS
+
+    def defines_method(self, method: str) -> bool:
+        """Whether a class of the project defines a method of that name."""
+        return any(function.owner is not None and name.endswith("." + method) for info in self.files.values() for name, function in info.functions.items())
+
+    def calls_method(self, function_id: FunctionId, method: str) -> bool:
+        """Whether the function calls `<anything>.<method>(...)`."""
+        return any(site.callee[0] == "m" and site.callee[2] == method for site in self.function(function_id).calls)
+
+    def reaching(self, function_id: FunctionId) -> List[Tuple[Truth, "Evaluation"]]:
+        """Where the function runs when called, in each program that reaches it through resolved calls."""
+        return [(program.truth[function_id], program.evaluation) for program in self.programs if function_id in program.truth]
+
+    # -- what the names hold, for the rules' questions outside a program's conditions -----------------
+
+    def value(self, expr: Expr, filename: str) -> Value:
+        return self.default_evaluation.value(expr, filename)
+
+    @cached_property
+    def _parameters(self) -> Dict[str, Tuple[FunctionId, int]]:
+        """The variable key of each parameter → its function and position."""
+        found: Dict[str, Tuple[FunctionId, int]] = {}
+        for filename, info in self.files.items():
+            module = info.summary.module
+            for name, function in info.functions.items():
+                for index, param in enumerate(function.params):
+                    found[f"L:{module}:{name[len(module) + 1:]}:{param}"] = ((filename, name), index)
+        return found
+
+    def assignments(self, key: str, within: Optional[FrozenSet[FunctionId]] = None) -> List[Tuple[FunctionId, Guard, Expr]]:
+        """The values assigned to a variable (by the functions `within`, if given); for an attribute of
+        `self`, in the class's bases too."""
+        found = [entry for entry in self._assigned.get(key, ()) if within is None or entry[0] in within]
+        if found or not key.startswith("S:"):
+            return found
+        class_name, _, path = key[2:].partition(":")
+        filename = self._class_file.get(class_name)
+        for base in self.files[filename].classes.get(class_name, ()) if filename else ():
+            resolved = self._class(base, filename)  # type: ignore[arg-type]
+            if resolved is not None:
+                inherited = self.assignments(f"S:{resolved[1]}:{path}", within)
+                if inherited:
+                    return inherited
+        return []
+
+
+@dataclass(frozen=True)
+class Program:
+    entry: FunctionId
+    truth: Dict[FunctionId, Truth]  # where each function it reaches runs when called
+    evaluation: "Evaluation"
+
+
+class Evaluation:
+    """What expressions hold in one program: the assignments of its own functions, and what holds in its
+    process group (its mode literals)."""
+
+    def __init__(self, model: ExecutionModel, modes: FrozenSet[Tuple[Expr, bool]], functions: Optional[FrozenSet[FunctionId]]) -> None:
+        self.model = model
+        self._mode_tests = {test: "T" if holds else "F" for test, holds in modes}
+        self._functions = functions  # the program's own: only their assignments count (None: every function's)
+        self._values: Dict[str, Value] = {}
+
+    def guard_truth(self, guard: Guard, filename: str, within: Truth = ALWAYS, bindings: Optional[Mapping[str, Value]] = None) -> Truth:
+        found = within
+        for literal in guard:
+            found = found & self.literal_truth(literal, filename, bindings)
+            if found == NEVER:
+                break
+        return found
+
+    def literal_truth(self, literal: Tuple[Expr, bool], filename: str, bindings: Optional[Mapping[str, Value]] = None) -> Truth:
+        test, holds = literal
+        found = truth_of(self.value(test, filename, bindings))
+        return found if holds else ~found
+
+    # -- values --------------------------------------------------------------------------------------
+
+    def value(self, expr: Expr, filename: str, bindings: Optional[Mapping[str, Value]] = None, depth: int = 0) -> Value:
+        found = self._value(expr, filename, bindings, depth)
+        in_group = self._mode_tests.get(expr) if expr[0] in _TESTS else None
+        if in_group is not None:
+            # The program starts its group only where this test has this value: so it has it in every group.
+            return ("bool", Truth(truth_of(found)[0] + in_group * 3))
+        return found
+
+    def _value(self, expr: Expr, filename: str, bindings: Optional[Mapping[str, Value]], depth: int) -> Value:
+        kind = expr[0]
+        if kind == "c":
+            return ("const", expr[1])
+        if kind == "v":
+            if bindings and expr[1] in bindings:
+                return bindings[expr[1]]
+            if expr[1].endswith(":__name__"):
+                return ("const", "__main__")  # what matters is a script's own run
+            return self.variable(expr[1])
+        if kind == "env":
+            name = expr[1] or ""
+            if name in _GLOBAL_RANK_VARIABLES:
+                return ("rank", "global")
+            if name in _LOCAL_RANK_VARIABLES:
+                return ("rank", "local")
+            if name in _WORLD_SIZE_VARIABLES:
+                return ("world",)
+            return UNIFORM_VALUE
+        if kind == "has":
+            launched = (expr[1] or "") in (_GLOBAL_RANK_VARIABLES | _LOCAL_RANK_VARIABLES | _WORLD_SIZE_VARIABLES)
+            return ("bool", Truth("FUUU") if launched else UNIFORM)
+        if kind in ("and", "or"):
+            values = [self.value(part, filename, bindings, depth) for part in expr[1:]]
+            if any(value[0] == "bool" for value in values):
+                found = truth_of(values[0])
+                for value in values[1:]:
+                    found = (found & truth_of(value)) if kind == "and" else (found | truth_of(value))
+                return ("bool", found)
+            result = values[0]
+            for value in values[1:]:
+                result = join(result, value)
+            return result
+        if kind == "not":
+            return ("bool", ~truth_of(self.value(expr[1], filename, bindings, depth)))
+        if kind == "ifexp":
+            test, body, orelse = (self.value(part, filename, bindings, depth) for part in expr[1:])
+            if body[0] in ("bool", "const") and orelse[0] in ("bool", "const"):
+                holds = truth_of(test)
+                return ("bool", (holds & truth_of(body)) | (~holds & truth_of(orelse)))
+            return join(body, orelse)
+        if kind == "cmp":
+            return _compare(expr[1], self.value(expr[2], filename, bindings, depth), self.value(expr[3], filename, bindings, depth))
+        if kind == "bin":
+            return _arithmetic(expr[1], self.value(expr[2], filename, bindings, depth), self.value(expr[3], filename, bindings, depth))
+        if kind == "fmt":
+            return VARIES_VALUE if any(varies(self.value(part, filename, bindings, depth)) for part in expr[1:]) else UNIFORM_VALUE
+        if kind == "tuple":
+            return ("tuple", *(self.value(part, filename, bindings, depth) for part in expr[1:]))
+        if kind == "item":
+            container = self.value(expr[1], filename, bindings, depth)
+            if container[0] == "tuple" and isinstance(expr[2], int) and expr[2] < len(container) - 1:
+                return container[expr[2] + 1]
+            return VARIES_VALUE if varies(container) else UNIFORM_VALUE
+        if kind == "attr":
+            known = _FRAMEWORK_ATTRIBUTES.get(expr[2].rpartition(".")[2])
+            if known is not None:
+                return known
+            return VARIES_VALUE if varies(self.value(expr[1], filename, bindings, depth)) else UNIFORM_VALUE
+        if kind == "call":
+            return self._call_value(expr, filename, bindings, depth)
+        return UNIFORM_VALUE
+
+    def _call_value(self, expr: Expr, filename: str, bindings: Optional[Mapping[str, Value]], depth: int) -> Value:
+        callee, arguments, keywords = expr[1], expr[2], expr[3]
+        if callee[0] == "q" and callee[1] in _LIBRARY_VALUES:
+            return _LIBRARY_VALUES[callee[1]]
+        if callee[0] == "m" and callee[2] in ("item", "to", "cuda", "cpu", "__call__", "format", "strip", "lower"):
+            inner = self.value(callee[1], filename, bindings, depth)
+            if callee[2] == "format":
+                parts = [inner] + [self.value(a, filename, bindings, depth) for a in arguments]
+                return VARIES_VALUE if any(varies(p) for p in parts) else UNIFORM_VALUE
+            if callee[2] != "__call__":
+                return inner
+        if depth < _MAX_DEPTH:
+            results = []
+            for target, skipped in self.model.targets(callee, filename):
+                function = self.model.function(target)
+                if not function.returns:
+                    continue
+                own: Dict[str, Value] = {}
+                scope = f"L:{self.model.files[target[0]].summary.module}:{target[1][len(self.model.files[target[0]].summary.module) + 1:]}:"
+                for name, argument in zip(function.params[skipped:], arguments):
+                    own[scope + name] = self.value(argument, filename, bindings, depth + 1)
+                for name, argument in keywords:
+                    if name in function.params:
+                        own[scope + name] = self.value(argument, filename, bindings, depth + 1)
+                values = [(guard, self.value(returned, target[0], own, depth + 1)) for guard, returned in function.returns]
+                if all(value[0] in ("bool", "const") for _, value in values):
+                    # A predicate: it holds where one of its `return`s gives true, under that return's conditions.
+                    holds = NEVER
+                    for guard, value in values:
+                        holds = holds | (self.guard_truth(guard, target[0], ALWAYS, own) & truth_of(value))
+                    result: Optional[Value] = ("bool", holds)
+                else:
+                    result = None
+                    for _, value in values:
+                        result = value if result is None else join(result, value)
+                if result is not None:
+                    results.append(result)
+            if results:
+                found = results[0]
+                for other in results[1:]:
+                    found = join(found, other)
+                return found
+        if callee[0] == "q" and callee[1].rpartition(".")[2] in _FRAMEWORK_ATTRIBUTES:
+            return _FRAMEWORK_ATTRIBUTES[callee[1].rpartition(".")[2]]
+        if callee[0] in ("q", "m"):
+            name = callee[1].rpartition(".")[2] if callee[0] == "q" else callee[2]
+            fallback = _by_name(name)
+            if fallback is not None:
+                return fallback
+        parts = [self.value(argument, filename, bindings, depth) for argument in arguments]
+        parts += [self.value(value, filename, bindings, depth) for _, value in keywords]
+        if callee[0] == "m":
+            parts.append(self.value(callee[1], filename, bindings, depth))
+        return VARIES_VALUE if any(varies(part) for part in parts) else UNIFORM_VALUE
+
+    def variable(self, key: str) -> Value:
+        if key in self._values:
+            return self._values[key]
+        self._values[key] = UNIFORM_VALUE  # a cycle adds nothing
+        found: Optional[Value] = None
+        flags: List[Tuple[Truth, Truth]] = []  # (where assigned, the truth assigned) of each boolean value
+        for (filename, _), guard, value in self.model.assignments(key, self._functions):
+            assigned_where = self.guard_truth(guard, filename)
+            if assigned_where == NEVER:
+                continue
+            evaluated = self.value(value, filename)
+            if evaluated[0] in ("bool", "const"):
+                flags.append((assigned_where, truth_of(evaluated)))
+            else:
+                found = evaluated if found is None else join(found, evaluated)
+        if flags:
+            # A flag holds, in each world, one of the values assigned where its assignment can run there
+            # (`master_process = rank == 0` in a group, `= True` in one process).
+            # Assigned in several places, it holds one value or another: alike on every rank only if none
+            # of the values depends on the rank (`is_master = True`, then `is_master = rank == 0`: unknown).
+            by_rank = any(varies(("bool", truth)) for _, truth in flags)
+            letters = []
+            for world in range(len(WORLDS)):
+                seen = {truth[world] for where, truth in flags if where[world] != "F"}
+                letters.append(seen.pop() if len(seen) == 1 else "Q" if "Q" in seen or (by_rank and world) else "U")
+            flag: Value = ("bool", Truth("".join(letters)))
+            found = flag if found is None else join(found, flag)
+        parameter = self._parameter_value(key)
+        if parameter is not None:
+            found = parameter if found is None else join(found, parameter)
+        if found is None:
+            found = _by_name(key.rpartition(":")[2].rpartition(".")[2]) or UNIFORM_VALUE
+        self._values[key] = found
+        return found
+
+    def _parameter_value(self, key: str) -> Optional[Value]:
+        """What the calls pass to a parameter: spawn's process index is the local rank."""
+        located = self.model._parameters.get(key)
+        if located is None:
+            return None
+        function_id, index = located
+        function = self.model.function(function_id)
+        param = function.params[index]
+        found: Optional[Value] = None
+        for caller, site, skipped, spawn in self.model._callers.get(function_id, ()):
+            if self._functions is not None and caller not in self._functions:
+                continue
+            if spawn:
+                value = ("rank", "local") if index == 0 else self.value(site.arguments[index - 1], caller[0]) if index - 1 < len(site.arguments) else None
+            else:
+                position = index - skipped
+                passed = dict(site.keywords).get(param)
+                if passed is None and 0 <= position < len(site.arguments):
+                    passed = site.arguments[position]
+                if passed is None:
+                    passed = dict(function.defaults).get(param)
+                value = self.value(passed, caller[0]) if passed is not None else None
+            if value is not None:
+                found = value if found is None else join(found, value)
+        return found
+
+
+# The kinds of expression a branch can test (a mode literal is one of these).
+_TESTS = frozenset({"v", "cmp", "has", "and", "or", "call", "attr"})
+
+
+def _by_name(name: str) -> Optional[Value]:
+    """A value named like a rank, for a name the program never assigns (the last resort)."""
+    if name in _FRAMEWORK_ATTRIBUTES:
+        return _FRAMEWORK_ATTRIBUTES[name]
+    if _LOCAL_RANK_NAME.match(name):
+        return ("rank", "local")
+    if _GLOBAL_RANK_NAME.match(name):
+        return ("rank", "global")
+    if _WORLD_SIZE_NAME.match(name):
+        return ("world",)
+    if _RANK_NAME.match(name):
+        return ("rank", "any") if name.lower() == "rank" else VARIES_VALUE  # a node's rank is shared by its processes
+    if _RANK_PREDICATE_NAME.match(name):
+        return VARIES_VALUE
+    return None
+
+
+# ----- pass 2: the statements of one file ----------------------------------------------------------------
+
+
+class FileExecution:
+    """Where the statements of one file run, from the project's model and the file's own tree."""
+
+    def __init__(self, model: ExecutionModel, tree: ast.Module, filename: str, module: str, package: str) -> None:
+        self.model = model
+        self.filename = filename
+        self.module = module
+        self.symbols = Symbols(tree, module, package)
+        # (first line, last line, name, node, scope) of the module's top level and of every function
+        self._functions: List[Tuple[int, int, str, ast.AST, _Scope]] = [
+            (getattr(node, "lineno", 1), getattr(node, "end_lineno", None) or 1 << 30, name, node, scope)
+            for name, node, scope, _ in self.symbols.functions
+        ]
+        self._guarded: Dict[str, List[Tuple[ast.stmt, Guard]]] = {}
+
+    def _function_at(self, line: int) -> Optional[Tuple[str, ast.AST, _Scope]]:
+        """The innermost function whose body holds the line (the module for top-level code)."""
+        best = None
+        for first, last, name, node, scope in self._functions:
+            body = getattr(node, "body", None)
+            if not body:
+                continue
+            if body[0].lineno <= line <= last and (best is None or first >= best[0]):
+                best = (first, name, node, scope)
+        return best[1:] if best is not None else None
+
+    def _statement(self, line: int) -> Optional[Tuple[str, ast.stmt, Guard]]:
+        """The function holding the line, and its innermost statement there with that statement's guard."""
+        found = self._function_at(line)
+        if found is None:
+            return None
+        name, node, scope = found
+        statements = self._guarded.get(name)
+        if statements is None:
+            statements = self._guarded[name] = list(guarded_statements(node.body, self.symbols, scope))  # type: ignore[attr-defined]
+        innermost: Optional[Tuple[ast.stmt, Guard]] = None
+        for statement, guard in statements:
+            if statement.lineno <= line <= (statement.end_lineno or statement.lineno):
+                if innermost is None or statement.lineno >= innermost[0].lineno:
+                    innermost = (statement, guard)
+        if innermost is None or isinstance(innermost[0], (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return None
+        return name, innermost[0], innermost[1]
+
+    def _evaluations(self, name: str) -> List[Tuple[Truth, "Evaluation"]]:
+        return self.model.reaching((self.filename, name))
+
+    def where(self, line: int) -> Optional[Where]:
+        """Where the statement at the line runs; None where no entry reaches it through resolved calls,
+        or it is not in a function's (or the module's) own statements."""
+        found = self._statement(line)
+        if found is None:
+            return None
+        name, _, guard = found
+        reaching = self._evaluations(name)
+        if not reaching:
+            return None
+        truth: Optional[Truth] = None
+        for entry, evaluation in reaching:
+            found = evaluation.guard_truth(guard, self.filename, entry)
+            truth = found if truth is None else truth | found
+        return Where(truth)  # type: ignore[arg-type]
+
+    def local_where(self, line: int) -> Optional[Where]:
+        """Where the statement at the line runs each time its function is called: its own function's
+        conditions alone (what a rank test written there does), in the programs that reach it (or, where
+        none does, as the file shows it)."""
+        found = self._statement(line)
+        if found is None:
+            return None
+        name, _, guard = found
+        evaluations = [evaluation for _, evaluation in self._evaluations(name)] or [self.model.default_evaluation]
+        truth: Optional[Truth] = None
+        for evaluation in evaluations:
+            found = evaluation.guard_truth(guard, self.filename)
+            truth = found if truth is None else truth | found
+        return Where(truth)  # type: ignore[arg-type]
+
+    def test_truth(self, code: str, line: int) -> Truth:
+        """Per world, whether a condition written at the line holds."""
+        found = self._function_at(line)
+        if found is None:
+            return VARIES
+        name, _, scope = found
+        try:
+            node = ast.parse(f"(\n{code}\n)", mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return VARIES
+        test = self.symbols.expr(node, scope)
+        evaluations = [evaluation for _, evaluation in self._evaluations(name)] or [self.model.default_evaluation]
+        truth: Optional[Truth] = None
+        for evaluation in evaluations:
+            found_truth = truth_of(evaluation.value(test, self.filename))
+            truth = found_truth if truth is None else truth.either(found_truth)
+        return truth or VARIES
+
+    def programs_call(self, line: int, method: str) -> Optional[bool]:
+        """Whether every program that reaches the function at the line calls `<anything>.<method>(...)`
+        somewhere in its own code (None: no program is known to reach it)."""
+        found = self._function_at(line)
+        if found is None:
+            return None
+        programs = [program for program in self.model.programs if (self.filename, found[0]) in program.truth]
+        if not programs:
+            return None
+        return all(any(self.model.calls_method(function, method) for function in program.truth) for program in programs)
+
+    def value(self, code: str, line: int) -> Value:
+        """What an expression (its source code) of the function at the line holds."""
+        try:
+            node = ast.parse(f"(\n{code}\n)", mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return VARIES_VALUE
+        found = self._function_at(line)
+        scope = found[2] if found is not None else self.symbols.module_scope
+        return self.model.value(self.symbols.expr(node, scope), self.filename)
+
+    def varies(self, code: str, line: int) -> bool:
+        """Whether an expression at the line may hold a different value on each rank (a path built from the rank)."""
+        return varies(self.value(code, line))
