@@ -400,7 +400,7 @@ class _Save:
             return Report(node=self.call, message=f"`{shown}.state_dict()` {saves} `module.` keys ({wrapper} on {where}).", help=fix, statement=self.statement)
         filename, load = self.breaking
         reference = FileReference.to(filename, load.path, load.line)
-        model = f"a bare `{load.model}`" if load.model else "the bare model"
+        model = f"a bare `{load.model}`" if load.model[:1].isupper() else f"the bare model of `{load.model}()`" if load.model else "the bare model"
         first = min(self.sites, key=lambda site: (site.path, site.line_in(ctx)))
         place = f"{first.path}:{first.line}" if first.path else f"line {first.line_in(ctx)}"
         return Report(
@@ -454,14 +454,19 @@ def _breaking_load(ctx: FileContext, sites: FrozenSet[WrapSite]) -> Optional[Tup
     """A load of the project that would read this save's keys into the bare model, strictly, with
     nothing that copes with the prefix: one into the same class, or, where the class is unknown on
     either side, one in the same folder; those of the same file first."""
-    classes = {_wrapped_class(ctx, site) for site in sites}
+    built = {_wrapped_class(ctx, site) for site in sites}
+    execution = ctx.project.execution
+    models = frozenset().union(*(execution.models_built_by(name) for name in built if name))
     folder = os.path.dirname(ctx.filename)
     helpers = ctx.project.prefix_helpers
     candidates = []
     for filename, load in ctx.project.checkpoint_loads:
         if load.into_wrapper or load.handles_prefix or not helpers.isdisjoint(load.through):
             continue
-        related = load.model in classes if load.model and "" not in classes else os.path.dirname(filename) == folder
+        if load.model and "" not in built:
+            related = not models.isdisjoint(execution.models_built_by(load.model))
+        else:
+            related = os.path.dirname(filename) == folder
         if related:
             candidates.append((filename, load))
     return min(candidates, key=lambda found: (found[0] != ctx.filename, found[0], found[1].line), default=None)

@@ -175,6 +175,8 @@ GROUP_WRAPPERS = frozenset(
     }
 )  # fmt: skip
 _BUILTINS = frozenset(dir(builtins))
+# Methods of a module that return the module itself.
+_SAME_MODULE_METHODS = frozenset({"cuda", "cpu", "to", "half", "float", "double", "bfloat16", "train", "eval", "requires_grad_", "share_memory"})
 _EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 
 
@@ -1066,6 +1068,8 @@ class ExecutionModel:
         kind = expr[0]
         if depth > _MAX_DEPTH:
             return frozenset()
+        if kind == "call" and expr[1][0] == "m" and expr[1][2] in _SAME_MODULE_METHODS:
+            return self.types(expr[1][1], from_file, depth + 1)  # `Net().cuda()` is the same `Net`
         if kind == "call" and expr[1][0] == "either":
             return self.types(("call", expr[1][1]), from_file, depth + 1) or self.types(("call", expr[1][2]), from_file, depth + 1)
         if kind == "call" and expr[1][0] == "q":
@@ -1251,6 +1255,22 @@ class ExecutionModel:
             if _RANK_ZERO_DECORATOR.search(decorator.rpartition(".")[2]):
                 return Truth("TTFF")
         return ALWAYS
+
+    @cached_property
+    def _built_by(self) -> Dict[str, FrozenSet[str]]:
+        """A project function's name → the names of the project classes it returns instances of
+        (`new_model()` returning a `CRNN`)."""
+        found: Dict[str, Set[str]] = {}
+        for filename, info in self.files.items():
+            for name, function in info.functions.items():
+                classes = frozenset().union(*(self.types(value, filename) for _, value in function.returns)) if function.returns else frozenset()
+                if classes:
+                    found.setdefault(name.rpartition(".")[2], set()).update(qualified.rpartition(".")[2] for qualified in classes)
+        return {name: frozenset(classes) for name, classes in found.items()}
+
+    def models_built_by(self, name: str) -> FrozenSet[str]:
+        """What a model built by `name(...)` is: the class itself, or the classes a project function of that name returns."""
+        return frozenset({name}) | self._built_by.get(name, frozenset())
 
     def defines_method(self, method: str) -> bool:
         """Whether a class of the project defines a method of that name."""

@@ -138,7 +138,7 @@ class ReturnedWrap:
 @dataclass(frozen=True)
 class CheckpointLoad:
     """`model.load_state_dict(...)` in a function that reads a checkpoint file, at path:line. `model`: the
-    class of the model it loads into ("" unknown); `into_wrapper`: the model is a DataParallel/DDP wrapper
+    class (or the function) the model it loads into is built by ("" unknown); `into_wrapper`: the model is a DataParallel/DDP wrapper
     there on every path (wrapped before it, unconditionally); `handles_prefix`: the function strips the
     `module.` prefix, or retries after wrapping, so either kind of checkpoint loads."""
 
@@ -1904,15 +1904,10 @@ def scan_checkpoint_loads(text: str, path: str, parse: Callable[[], Optional[ast
         handles = _HANDLES_PREFIX.search(source) is not None if source is not text else None
         wrapped_in_init = _wrapped_in_init(owner) if owner is not None else set()
         classes: Dict[str, str] = {}
-        wrapped: Set[str] = set()  # names wrapped on every path so far
-        for statement, conditional, in_try_with_wrap in _ordered_statements(function.body):  # type: ignore[attr-defined]
-            for name, class_name, is_wrap in _model_assignments(statement):
+        for statement, wrapped, in_try_with_wrap in _statements_with_wraps(function.body):  # type: ignore[attr-defined]
+            for name, class_name, _ in _model_assignments(statement):
                 if class_name:
                     classes[name] = class_name
-                if is_wrap and not conditional:
-                    wrapped.add(name)
-                elif name in wrapped and not is_wrap:
-                    wrapped.discard(name)
             for call in _own_calls(statement):
                 func = call.func
                 if not (isinstance(func, ast.Attribute) and func.attr == "load_state_dict"):
@@ -1947,23 +1942,24 @@ def _functions_with_classes(tree: ast.Module) -> Iterator[Tuple[ast.AST, Optiona
             pending.extend((child, owner) for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt))
 
 
-def _ordered_statements(body: Sequence[ast.stmt], conditional: bool = False, in_try: bool = False) -> Iterator[Tuple[ast.stmt, bool, bool]]:
-    """The statements of a block in order (not of nested functions), each with whether it runs under a
-    condition and whether it is in a `try` whose handler wraps the model (a retry after wrapping)."""
+def _statements_with_wraps(body: Sequence[ast.stmt], wrapped: FrozenSet[str] = frozenset(), in_try: bool = False) -> Iterator[Tuple[ast.stmt, FrozenSet[str], bool]]:
+    """The statements of a block in order (not of nested functions), each with the names wrapped on
+    every path to it (a wrap inside a branch holds in that branch only), and whether it is in a `try`
+    whose handler wraps the model (a retry after wrapping)."""
     for statement in body:
-        yield statement, conditional, in_try
+        yield statement, wrapped, in_try
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
+        for name, _, is_wrap in _model_assignments(statement):
+            wrapped = wrapped | {name} if is_wrap else wrapped - {name}
         if isinstance(statement, ast.Try) or type(statement).__name__ == "TryStar":
             wraps = any(_wrap_name(node) for handler in statement.handlers for node in ast.walk(handler))  # type: ignore[attr-defined]
-            yield from _ordered_statements(statement.body, conditional, in_try or wraps)  # type: ignore[attr-defined]
+            yield from _statements_with_wraps(statement.body, wrapped, in_try or wraps)  # type: ignore[attr-defined]
             for block in (*(h.body for h in statement.handlers), statement.orelse, statement.finalbody):  # type: ignore[attr-defined]
-                yield from _ordered_statements(block, True, in_try)
-        elif isinstance(statement, (ast.If, ast.While, ast.For, ast.AsyncFor)):
-            yield from _ordered_statements(statement.body, True, in_try)
-            yield from _ordered_statements(statement.orelse, True, in_try)
-        elif isinstance(statement, (ast.With, ast.AsyncWith)):
-            yield from _ordered_statements(statement.body, conditional, in_try)
+                yield from _statements_with_wraps(block, wrapped, in_try)
+        else:
+            for name in ("body", "orelse"):
+                yield from _statements_with_wraps(getattr(statement, name, ()), wrapped, in_try)
 
 
 def _own_calls(statement: ast.stmt) -> Iterator[ast.Call]:
@@ -1991,10 +1987,10 @@ def _model_assignments(statement: ast.stmt) -> Iterator[Tuple[str, str, bool]]:
     inner = value.args[0] if is_wrap and isinstance(value, ast.Call) and value.args else value
     while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in ("cuda", "to", "cpu", "half", "float"):
         inner = inner.func.value
-    class_name = ""
+    class_name = ""  # the class, or the function, the model is built by (as the wrap facts name it)
     if isinstance(inner, ast.Call):
         last = (_ast_dotted(inner.func) or "").rpartition(".")[2]
-        if last[:1].isupper() and last not in _WRAPPER_NAMES:
+        if last and last not in _WRAPPER_NAMES and last not in MODULE_RETURNING_METHODS:
             class_name = last
     for target in statement.targets:
         name = _ast_dotted(target)
@@ -2006,8 +2002,7 @@ def _wrapped_in_init(owner: ast.ClassDef) -> Set[str]:
     """`self.x` that the class's `__init__` wraps on every path."""
     for member in owner.body:
         if isinstance(member, ast.FunctionDef) and member.name == "__init__":
-            return {name for statement, conditional, _ in _ordered_statements(member.body) if not conditional
-                    for name, _, is_wrap in _model_assignments(statement) if is_wrap}
+            return {name for statement in member.body for name, _, is_wrap in _model_assignments(statement) if is_wrap}
     return set()
 
 
@@ -2015,7 +2010,7 @@ def _self_class_of(owner: ast.ClassDef, receiver: str) -> str:
     """The class `self.x` is built from in any method of its class."""
     for member in owner.body:
         if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for statement, _, _ in _ordered_statements(member.body):
+            for statement, _, _ in _statements_with_wraps(member.body):
                 for name, class_name, _ in _model_assignments(statement):
                     if name == receiver.removesuffix(".module") and class_name:
                         return class_name
