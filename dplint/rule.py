@@ -96,6 +96,9 @@ class Rule:
     requires: ClassVar[Optional[Union["re.Pattern[str]", "GuardedPattern"]]] = None
     # Rules that report only in files of a program that starts a process group (project facts).
     distributed_programs_only: ClassVar[bool] = False
+    # The applicabilities of the fixes the rule offers ("safe", "unsafe"; both where it depends on the
+    # case): `--list-rules` and `--explain` show them, and the examples' tests check them.
+    fix_applicability: ClassVar[Tuple[str, ...]] = ()
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
 
