@@ -1,0 +1,105 @@
+"""The fixes of the distributed rules: where each is offered and where not (the rules' INVALID examples
+show the fixed output of each), and each applied through the CLI to a realistic training script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from dplint import lint_source
+from dplint.codes import STATIC_CODES
+
+
+def fixes(source: str, code: str) -> List[object]:
+    """The fix of each finding of `code` in `source` (None where there is none)."""
+    return [f.fix for f in lint_source(textwrap.dedent(source).lstrip("\n"), "train.py", select=[code])]
+
+
+# ----- where no fix is offered ---------------------------------------------------------------------
+
+NO_FIX = {
+    "DPL512: the name assigned is not the tensor reduced": (
+        "DPL512",
+        """
+        import torch.distributed as dist
+        total = dist.all_reduce(partial)
+        """,
+    ),
+    "DPL512: the reduced tensor is a copy made in the call": (
+        "DPL512",
+        """
+        import torch.distributed as dist
+        value = dist.all_reduce(value.detach().clone())
+        """,
+    ),
+    "DPL512: gather writes into its second argument": (
+        "DPL512",
+        """
+        import torch.distributed as dist
+        t = dist.gather(t, gather_list, dst=0)
+        """,
+    ),
+    "DPL512: the result is used in an expression": (
+        "DPL512",
+        """
+        import torch.distributed as dist
+        def mean(t):
+            return dist.all_reduce(t) / dist.get_world_size()
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("code, source", NO_FIX.values(), ids=list(NO_FIX))
+def test_no_fix_where_the_intent_is_not_clear(code, source):
+    assert fixes(source, code) == [None]
+
+
+# ----- each fix on a realistic script, through the CLI ----------------------------------------------
+
+# Training scripts in the style of public code, each with one finding that a fix addresses
+# (`dpl512_evaluate.py`: DPL512), beside what `--fix --unsafe-fixes` must make of it (`.fixed.py`).
+SCRIPTS = sorted(p for p in (Path(__file__).parent / "fix_scripts").glob("*.py") if not p.name.endswith(".fixed.py"))
+
+
+def dplint(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dplint", "--no-cache", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def findings(folder: Path) -> List[dict]:
+    """What every rule, preview ones included, finds in the folder, as JSON."""
+    return json.loads(dplint("--preview", "--select", "ALL", "--format", "json", ".", cwd=folder).stdout)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_fix_of_a_realistic_script(script, tmp_path):
+    """Through the CLI, what every fix promises: the expected result, which compiles, without the finding
+    and without any new one; an unsafe fix only with `--unsafe-fixes` (`--diff` shows it); a second
+    `--fix` changes nothing."""
+    code = script.name.split("_")[0].upper()
+    copy = tmp_path / "train.py"
+    copy.write_text(script.read_text())
+    before = findings(tmp_path)
+    (finding,) = [f for f in before if f["code"] == code]
+    fix = "--fix", "--preview", "--select", "ALL"
+    if finding["fix"]["applicability"] == "unsafe":
+        dplint(*fix, "train.py", cwd=tmp_path)
+        assert copy.read_text() == script.read_text()
+        diff = dplint("--diff", "--unsafe-fixes", "--preview", "--select", code, "train.py", cwd=tmp_path)
+        assert diff.returncode == 1 and diff.stdout.startswith("--- a/train.py")
+        fix += ("--unsafe-fixes",)
+    assert "Fixed 1 finding" in dplint(*fix, "train.py", cwd=tmp_path).stderr
+    fixed = copy.read_text()
+    assert fixed == script.with_name(script.stem + ".fixed.py").read_text()
+    compile(fixed, "train.py", "exec")
+    after = Counter(f["code"] for f in findings(tmp_path))
+    assert not after - (Counter(f["code"] for f in before) - Counter([code]))
+    dplint(*fix, "train.py", cwd=tmp_path)
+    assert copy.read_text() == fixed
