@@ -4,11 +4,12 @@ indentation it will sit at (the continuation lines of its brackets move with it,
 from __future__ import annotations
 
 import io
-from typing import List
+from typing import Dict, List, Tuple
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
+from dplint.analysis.names import child_nodes
 from dplint.context import FileContext
 
 
@@ -17,9 +18,28 @@ def _source_lines(ctx: FileContext) -> List[str]:
     return ctx.memo("source-lines", lambda: io.StringIO(ctx.source, newline="").readlines())
 
 
-def indentation(ctx: FileContext, statement: cst.CSTNode) -> str:
-    """The whitespace before the code of the line that `statement` starts on: its block's indentation."""
-    line = _source_lines(ctx)[ctx.line(statement) - 1]
+def _statements(ctx: FileContext) -> Dict[int, cst.CSTNode]:
+    """The statement holding each node (by `id`): a line of simple statements, or a compound statement
+    for the nodes of its header."""
+
+    def compute() -> Dict[int, cst.CSTNode]:
+        found: Dict[int, cst.CSTNode] = {}
+        pending: List[Tuple[cst.CSTNode, cst.CSTNode]] = [(ctx.module, ctx.module)]
+        while pending:
+            node, statement = pending.pop()
+            for child in child_nodes(node):
+                holder = child if isinstance(child, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) else statement
+                found[id(child)] = holder
+                pending.append((child, holder))
+        return found
+
+    return ctx.memo("edits-statements", compute)
+
+
+def indentation(ctx: FileContext, node: cst.CSTNode) -> str:
+    """The indentation of the block holding `node`: the whitespace before the first line of its statement
+    (a node may start on a continuation line, which is indented further)."""
+    line = _source_lines(ctx)[ctx.line(_statements(ctx)[id(node)]) - 1]
     return line[: len(line) - len(line.lstrip(" \t\f"))]
 
 

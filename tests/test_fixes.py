@@ -14,12 +14,70 @@ from typing import List
 import pytest
 
 from dplint import lint_source
-from dplint.codes import STATIC_CODES
+from dplint.fixes import apply_fixes
 
 
 def fixes(source: str, code: str) -> List[object]:
     """The fix of each finding of `code` in `source` (None where there is none)."""
     return [f.fix for f in lint_source(textwrap.dedent(source).lstrip("\n"), "train.py", select=[code])]
+
+
+# ----- fixed code: the cases the rules' examples leave out -------------------------------------------
+
+FIXED = {
+    "DPL502: a comment line after the argument dropped stays, before the next argument": (
+        "DPL502",
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def build(dataset):
+            return DataLoader(
+                dataset,  # the training split
+                shuffle=True,  # every epoch
+                # one shard per rank:
+                sampler=DistributedSampler(dataset),
+            )
+        """,
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def build(dataset):
+            return DataLoader(
+                dataset,  # the training split
+                # one shard per rank:
+                sampler=DistributedSampler(dataset),
+            )
+        """,
+    ),
+    "DPL502: the first argument dropped, and the last with `)` on its own line": (
+        "DPL502",
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+        first = DataLoader(shuffle=True, dataset=train_set, sampler=DistributedSampler(train_set))
+        last = DataLoader(train_set,
+                          sampler=DistributedSampler(train_set),  # sharded
+                          shuffle=True
+                          )
+        """,
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+        first = DataLoader(dataset=train_set, sampler=DistributedSampler(train_set))
+        last = DataLoader(train_set,
+                          sampler=DistributedSampler(train_set)  # sharded
+                          )
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("code, source, expected", FIXED.values(), ids=list(FIXED))
+def test_fixed_code(code, source, expected):
+    source, expected = (textwrap.dedent(text).lstrip("\n") for text in (source, expected))
+    found = lint_source(source, "train.py", select=[code])
+    assert found and all(f.fix is not None for f in found)
+    assert apply_fixes(source, found, unsafe=True) == (expected, found)
+    compile(expected, "train.py", "exec")
+    assert lint_source(expected, "train.py", select=[code]) == []
 
 
 # ----- where no fix is offered ---------------------------------------------------------------------
@@ -52,6 +110,21 @@ NO_FIX = {
         import torch.distributed as dist
         def mean(t):
             return dist.all_reduce(t) / dist.get_world_size()
+        """,
+    ),
+    "DPL502: shuffle passed by position": (
+        "DPL502",
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+        loader = DataLoader(train_set, 32, True, DistributedSampler(train_set))
+        val_loader = DataLoader(val_set, shuffle=True)  # the text prefilter looks for `shuffle=True`
+        """,
+    ),
+    "DPL502: a sampler written in the call that may be None": (
+        "DPL502",
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+        loader = DataLoader(train_set, shuffle=True, sampler=DistributedSampler(train_set) if ddp else None)
         """,
     ),
 }
