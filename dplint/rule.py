@@ -48,11 +48,12 @@ class Invalid:
 
 @dataclass(frozen=True)
 class NodeEdit:
-    """A fix edit named by a node: `content` replaces the node, or goes just before it."""
+    """A fix edit named by a node: `content` replaces the node, or goes just before or just after it."""
 
     node: "cst.CSTNode"
     content: str
     insert_before: bool = False
+    insert_after: bool = False
 
 
 @dataclass(frozen=True)

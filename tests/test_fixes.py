@@ -67,6 +67,30 @@ FIXED = {
                           )
         """,
     ),
+    "DPL501: a sampler built in the DataLoader call is stepped through the loader, in a file indented by tabs": (
+        "DPL501",
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def train(model, train_set, epochs):
+        \ttrain_loader = DataLoader(train_set, batch_size=64, sampler=DistributedSampler(train_set))
+        \tfor epoch in range(epochs):
+
+        \t\tfor x, y in train_loader:
+        \t\t\tmodel(x).sum().backward()
+        """,
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def train(model, train_set, epochs):
+        \ttrain_loader = DataLoader(train_set, batch_size=64, sampler=DistributedSampler(train_set))
+        \tfor epoch in range(epochs):
+        \t\ttrain_loader.sampler.set_epoch(epoch)
+
+        \t\tfor x, y in train_loader:
+        \t\t\tmodel(x).sum().backward()
+        """,
+    ),
 }
 
 
@@ -125,6 +149,49 @@ NO_FIX = {
         """
         from torch.utils.data import DataLoader, DistributedSampler
         loader = DataLoader(train_set, shuffle=True, sampler=DistributedSampler(train_set) if ddp else None)
+        """,
+    ),
+    "DPL501: the sampler is unbound when the loop starts without --distributed": (
+        "DPL501",
+        """
+        from torch.utils.data import DistributedSampler
+        def main(args, dataset):
+            if args.distributed:
+                sampler = DistributedSampler(dataset)
+            for epoch in range(args.epochs):
+                train(dataset, sampler)
+        """,
+    ),
+    "DPL501: the name may hold another sampler": (
+        "DPL501",
+        """
+        from torch.utils.data import DistributedSampler, RandomSampler
+        def main(args, dataset):
+            sampler = DistributedSampler(dataset) if args.distributed else RandomSampler(dataset)
+            for epoch in range(args.epochs):
+                train(dataset, sampler)
+        """,
+    ),
+    "DPL501: the epoch loop has no variable": (
+        "DPL501",
+        """
+        from torch.utils.data import DistributedSampler
+        sampler = DistributedSampler(dataset)
+        for _ in range(num_epochs):
+            train(dataset, sampler)
+        """,
+    ),
+    "DPL501: the epoch loop is in another function": (
+        "DPL501",
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+        def build(dataset):
+            sampler = DistributedSampler(dataset)
+            return DataLoader(dataset, sampler=sampler)
+        def main(dataset, epochs):
+            loader = build(dataset)
+            for epoch in range(epochs):
+                train(loader)
         """,
     ),
 }
