@@ -91,6 +91,53 @@ FIXED = {
         \t\t\tmodel(x).sum().backward()
         """,
     ),
+    "DPL510: a default of None with type=int, and os imported under another name": (
+        "DPL510",
+        """
+        import os as _os
+        import argparse
+        import torch.distributed as dist
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", default=None, type=int)
+        args = parser.parse_args()
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(args.local_rank)
+        """,
+        """
+        import os as _os
+        import argparse
+        import torch.distributed as dist
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", default=_os.environ.get("LOCAL_RANK"), type=int)
+        args = parser.parse_args()
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(args.local_rank)
+        """,
+    ),
+    "DPL510: `import os` in alphabetical place in the first group after `from __future__` imports": (
+        "DPL510",
+        """
+        from __future__ import annotations
+
+        from argparse import ArgumentParser
+        import torch.distributed as dist
+        parser = ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=0)
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(parser.parse_args().local_rank)
+        """,
+        """
+        from __future__ import annotations
+
+        from argparse import ArgumentParser
+        import os
+        import torch.distributed as dist
+        parser = ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(parser.parse_args().local_rank)
+        """,
+    ),
 }
 
 
@@ -192,6 +239,28 @@ NO_FIX = {
             loader = build(dataset)
             for epoch in range(epochs):
                 train(loader)
+        """,
+    ),
+    "DPL510: a default that is not an integer literal": (
+        "DPL510",
+        """
+        import argparse
+        import torch.distributed as dist
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=DEFAULT_RANK)
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(parser.parse_args().local_rank)
+        """,
+    ),
+    "DPL510: no default, and no type=int to convert the environment's string": (
+        "DPL510",
+        """
+        import argparse
+        import torch.distributed as dist
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank")
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(int(parser.parse_args().local_rank))
         """,
     ),
 }
