@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
-from dplint.analysis.names import child_nodes
+from dplint.analysis.names import block_body, child_nodes, dotted
 from dplint.context import FileContext
 from dplint.rule import NodeEdit
 
@@ -43,6 +43,21 @@ def indentation(ctx: FileContext, node: cst.CSTNode) -> str:
     (a node may start on a continuation line, which is indented further)."""
     line = _source_lines(ctx)[ctx.line(_statements(ctx)[id(node)]) - 1]
     return line[: len(line) - len(line.lstrip(" \t\f"))]
+
+
+def binding_on_every_path(body: Sequence[cst.BaseStatement], name: str) -> Optional[cst.BaseStatement]:
+    """The first statement of `body` that assigns the dotted `name` on every path through it (an `if`
+    assigning it in each branch): where a fix may use the name, the name holds what was assigned."""
+    return next((statement for statement in body if _binds(statement, name)), None)
+
+
+def _binds(statement: cst.BaseStatement, name: str) -> bool:
+    if isinstance(statement, cst.SimpleStatementLine):
+        return any(isinstance(small, cst.Assign) and any(dotted(t.target) == name for t in small.targets) for small in statement.body)
+    if isinstance(statement, cst.If) and statement.orelse is not None and binding_on_every_path(block_body(statement.body), name) is not None:
+        orelse = statement.orelse
+        return _binds(orelse, name) if isinstance(orelse, cst.If) else binding_on_every_path(block_body(orelse.body), name) is not None
+    return False
 
 
 def code_at(ctx: FileContext, node: cst.CSTNode, indent: str) -> str:

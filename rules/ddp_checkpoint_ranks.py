@@ -5,15 +5,18 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from dplint.analysis.names import Body, block_body, child_blocks, dotted, names_in
+from dplint.analysis.names import Body, block_body, child_blocks, descendants, dotted, names_in
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.edits import binding_on_every_path
+from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 from dplint.analysis.ddp import (
     DDP,
     INIT_PROCESS_GROUP,
+    RankKnowledge,
     ScopeInfo,
     argument,
+    branches,
     calls_in,
     for_loops,
     in_distributed_program,
@@ -21,6 +24,7 @@ from dplint.analysis.ddp import (
     is_backward_call,
     iter_scopes,
     iter_sites,
+    parameter_names,
     rank_knowledge,
     scope_bindings,
     scope_calls,
@@ -452,6 +456,14 @@ class LoadWithoutMapLocation(Rule):
     ```
     or `map_location=f"cuda:{local_rank}"`.
 
+    ## Fix safety
+    The fix passes `map_location=`: the code's device variable where it holds the rank's GPU (or the
+    CPU) when the load runs (`device = torch.device("cuda", local_rank)`, `self.device` set in
+    `__init__`), else `f"cuda:{local_rank}"` from a local-rank variable the function has (`local_rank`,
+    `gpu`, `gpu_id`), else `"cpu"`. `load_state_dict` copies the tensors to where the model and the
+    optimizer are, whichever the device. It is unsafe: tensors the program uses straight from the
+    checkpoint (not through `load_state_dict`) end up on that device.
+
     ## Known problems
     What the file holds is not known: a checkpoint saved from CPU tensors loads fine without
     `map_location`. The program must use CUDA somewhere (`.cuda()`, `"cuda"`, NCCL), and the function
@@ -467,6 +479,7 @@ class LoadWithoutMapLocation(Rule):
     )
     name = "load-without-map-location"
     summary = "`torch.load` without `map_location` on every rank: all ranks load GPU tensors onto `cuda:0`."
+    fix_applicability = ("unsafe",)
     triggers = GuardedPattern(r"\bload\(", ["load("])
     distributed_programs_only = True
 
@@ -541,6 +554,13 @@ class LoadWithoutMapLocation(Rule):
             model.load_state_dict(state["model"])
             """,
             line=4,
+            expected_fix="""
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            state = torch.load("ckpt.pt", map_location="cpu")
+            model.load_state_dict(state["model"])
+            """,
         ),
         Invalid(
             """
@@ -569,6 +589,37 @@ class LoadWithoutMapLocation(Rule):
             """,
             line=8,
         ),
+        Invalid(
+            """
+            import os
+            import torch
+            import torch.distributed as dist
+
+            def main(args):
+                dist.init_process_group("nccl")
+                device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+                model = build_model(args).to(device)
+                checkpoint = torch.load(
+                    args.resume,  # written by rank 0
+                )
+                model.load_state_dict(checkpoint["model"])
+            """,
+            line=9,
+            expected_fix="""
+            import os
+            import torch
+            import torch.distributed as dist
+
+            def main(args):
+                dist.init_process_group("nccl")
+                device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+                model = build_model(args).to(device)
+                checkpoint = torch.load(
+                    args.resume, map_location=device,  # written by rank 0
+                )
+                model.load_state_dict(checkpoint["model"])
+            """,
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
@@ -581,10 +632,15 @@ class LoadWithoutMapLocation(Rule):
                 continue  # features, cached examples, a scheduler's numbers: what the file holds is unknown
             for call in _unguarded(ctx, scope, LOAD, 0, "f"):
                 if argument(call, "map_location", 1) is None and not _restores_a_scheduler(ctx, scope, call, restores):
+                    location = _rank_device(ctx, scope, call)
+                    fix = None
+                    if call.args and not any(arg.star for arg in call.args):
+                        fix = FixSpec(f"Pass `map_location={location}`", (NodeEdit(call.args[-1], f", map_location={location}", insert_after=True),), "unsafe")
                     yield Report(
                         node=call,
                         message="Every rank runs this `torch.load` without `map_location`: GPU tensors all load onto `cuda:0`.",
-                        help='Pass `map_location="cpu"` (or `f"cuda:{local_rank}"`).',
+                        help=f"Pass `map_location={location}`: each rank loads onto its own device, and `load_state_dict` copies to where the model is.",
+                        fix=fix,
                     )
 
 
@@ -637,3 +693,47 @@ SCHEDULER_FACTORIES = frozenset({
     "get_polynomial_decay_schedule_with_warmup",
     "get_inverse_sqrt_schedule",
 })
+
+
+# A local rank, as code names the index of its process's GPU (`gpu`: `mp.spawn`'s index in torch's examples).
+_LOCAL_RANK_NAME = re.compile(r"^(?:self\.)?(?:local_rank|local_gpu|gpu|gpu_id)$")
+
+
+def _rank_device(ctx: FileContext, scope: ScopeInfo, load: cst.Call) -> str:
+    """What DPL506's fix passes as `map_location`: a device variable of the code that holds the rank's GPU
+    (or the CPU) when the load runs, else `f"cuda:{local_rank}"` from a local-rank variable the function
+    has, else `"cpu"`."""
+    line = ctx.line(load)
+    known = rank_knowledge(ctx)
+    bindings: Dict[str, List[cst.BaseExpression]] = {}
+    # Names the load's scope binds on every path before it; `self.` attributes its class's `__init__` binds.
+    for name, values in scope_bindings(ctx, scope).items():
+        bound = binding_on_every_path(scope.body, name)
+        if bound is not None and ctx.line(bound) < line and "." not in name:
+            bindings[name] = values
+    init = next((m for m in block_body(scope.owner.body) if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"), None) if scope.owner else None
+    if init is not None and scope.node is not None and scope.node is not init:
+        body = block_body(init.body)
+        for name, values in scope_bindings(ctx, ScopeInfo(init, body, scope.owner)).items():
+            if name.startswith("self.") and binding_on_every_path(body, name) is not None:
+                bindings[name] = values
+    for name, values in bindings.items():
+        on_gpu = [branch for value in values for branch in branches(value) if "cuda" in ctx.code(branch)]
+        # `torch.device("cuda", local_rank)`, `f"cuda:{rank}"`, or the CPU; never `"cuda"` alone: GPU 0.
+        if "device" in name.rpartition(".")[2] and on_gpu and all(_names_a_rank(known, value) for value in on_gpu):
+            return name
+    parameters = parameter_names(scope.node) if scope.node is not None else []
+    for name in [*parameters, *bindings]:
+        if _LOCAL_RANK_NAME.match(name):
+            return f'f"cuda:{{{name}}}"'
+    return '"cpu"'
+
+
+def _names_a_rank(known: RankKnowledge, device: cst.BaseExpression) -> bool:
+    """Whether a device is built from a rank: its arguments (not `torch.device` itself) name one, or read
+    `LOCAL_RANK`/`RANK` from the environment."""
+    parts = [arg.value for arg in device.args] if isinstance(device, cst.Call) else [device]
+    return any(
+        known.mentions_rank(part) or any(isinstance(node, cst.SimpleString) and "RANK" in node.value for node in descendants(part))
+        for part in parts
+    )

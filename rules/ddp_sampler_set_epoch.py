@@ -5,9 +5,9 @@ from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from dplint.analysis.names import block_body, descendants, dotted
+from dplint.analysis.names import descendants, dotted
 from dplint.context import FileContext
-from dplint.edits import indentation
+from dplint.edits import binding_on_every_path, indentation
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 from dplint.analysis.ddp import (
     DATA_LOADERS,
@@ -348,11 +348,11 @@ def _set_epoch_fix(ctx: FileContext, call: cst.Call, statement: cst.BaseSmallSta
         stepped, guarded = f"{name}.sampler", False
     else:
         return None
-    bound = [line for line in scope.body if _binds_on_every_path(line, name)]
+    bound = binding_on_every_path(scope.body, name)
     loops = [loop for loop in for_loops(scope) if _epoch_variable(loop) is not None]
     # The outermost: a loop over epochs nested in another is not where an epoch starts.
     loops = [loop for loop in loops if not any(other is not loop and any(node is loop for node in descendants(other)) for other in loops)]
-    loops = [loop for loop in loops if bound and ctx.line(bound[0]) < ctx.line(loop) and ctx.line(statement) < ctx.line(loop)]
+    loops = [loop for loop in loops if bound is not None and ctx.line(bound) < ctx.line(loop) and ctx.line(statement) < ctx.line(loop)]
     if not loops:
         return None
     newline, unit = ctx.module.default_newline, ctx.module.default_indent
@@ -364,18 +364,6 @@ def _set_epoch_fix(ctx: FileContext, call: cst.Call, statement: cst.BaseSmallSta
         edits.append(NodeEdit(loop.body.header, f"{indent}{text}{newline}", insert_after=True))  # type: ignore[union-attr]
     where = " and ".join(f"line {ctx.line(loop)}" for loop in loops)
     return FixSpec(f"Call `{step}` first in the epoch loop ({where})", tuple(edits), "unsafe")
-
-
-def _binds_on_every_path(statement: cst.BaseStatement, name: str) -> bool:
-    """Whether the statement assigns `name` on every path through it (an `if` binding it in each branch)."""
-    if isinstance(statement, cst.SimpleStatementLine):
-        return any(isinstance(small, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == name for t in small.targets) for small in statement.body)
-    if isinstance(statement, cst.If):
-        orelse = statement.orelse
-        if orelse is None or not any(_binds_on_every_path(s, name) for s in block_body(statement.body)):
-            return False
-        return _binds_on_every_path(orelse, name) if isinstance(orelse, cst.If) else any(_binds_on_every_path(s, name) for s in block_body(orelse.body))
-    return False
 
 
 def _epoch_variable(loop: cst.For) -> Optional[str]:

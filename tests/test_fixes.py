@@ -138,6 +138,97 @@ FIXED = {
         torch.cuda.set_device(parser.parse_args().local_rank)
         """,
     ),
+    "DPL506: f\"cuda:{local_rank}\" from the function's local rank": (
+        "DPL506",
+        """
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        def main_worker(local_rank, args):
+            dist.init_process_group("nccl", rank=local_rank, world_size=args.world_size)
+            model = DDP(build_model().cuda(local_rank), device_ids=[local_rank])
+            model.module.load_state_dict(torch.load(args.weights))
+        """,
+        """
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        def main_worker(local_rank, args):
+            dist.init_process_group("nccl", rank=local_rank, world_size=args.world_size)
+            model = DDP(build_model().cuda(local_rank), device_ids=[local_rank])
+            model.module.load_state_dict(torch.load(args.weights, map_location=f"cuda:{local_rank}"))
+        """,
+    ),
+    "DPL506: the trainer's device, set in __init__ from the rank it was given": (
+        "DPL506",
+        """
+        import torch
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        class Trainer:
+            def __init__(self, model, gpu_id):
+                self.device = torch.device(f"cuda:{gpu_id}")
+                self.model = DDP(model.to(self.device), device_ids=[gpu_id])
+
+            def resume(self, path):
+                snapshot = torch.load(path)
+                self.model.module.load_state_dict(snapshot["model"])
+
+        def main(rank, world_size):
+            dist.init_process_group("nccl", rank=rank, world_size=world_size)
+            Trainer(build_model(), rank).resume("snapshot.pt")
+
+        mp.spawn(main, args=(4,), nprocs=4)
+        """,
+        """
+        import torch
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        class Trainer:
+            def __init__(self, model, gpu_id):
+                self.device = torch.device(f"cuda:{gpu_id}")
+                self.model = DDP(model.to(self.device), device_ids=[gpu_id])
+
+            def resume(self, path):
+                snapshot = torch.load(path, map_location=self.device)
+                self.model.module.load_state_dict(snapshot["model"])
+
+        def main(rank, world_size):
+            dist.init_process_group("nccl", rank=rank, world_size=world_size)
+            Trainer(build_model(), rank).resume("snapshot.pt")
+
+        mp.spawn(main, args=(4,), nprocs=4)
+        """,
+    ),
+    "DPL506: a device of \"cuda\" alone is GPU 0 on every rank: the CPU instead": (
+        "DPL506",
+        """
+        import torch
+        import torch.distributed as dist
+
+        def main(path):
+            dist.init_process_group("nccl")
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = build_model().to(device)
+            model.load_state_dict(torch.load(path))
+        """,
+        """
+        import torch
+        import torch.distributed as dist
+
+        def main(path):
+            dist.init_process_group("nccl")
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = build_model().to(device)
+            model.load_state_dict(torch.load(path, map_location="cpu"))
+        """,
+    ),
 }
 
 
