@@ -141,3 +141,17 @@ def import_edit(ctx: FileContext, statement: str, package: str, used: cst.CSTNod
         return NodeEdit(group[0], f"{statement}{newline}", insert_before=True)
     # After the line's comment and newline: the new line is a line of its own.
     return NodeEdit(after.trailing_whitespace, f"{statement}{newline}", insert_after=True)
+
+
+def under_if(ctx: FileContext, call: cst.Call, test: str) -> Optional[NodeEdit]:
+    """The statement that is only `call` put under `if test:`, at its place: its comment lines stay above
+    the `if`, its trailing comment on its line. None where the call is not a statement alone on its line."""
+    line = _statements(ctx).get(id(call))
+    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+        return None
+    statement = line.body[0]
+    if not (isinstance(statement, cst.Expr) and statement.value is call):
+        return None
+    indent, newline = indentation(ctx, line), ctx.module.default_newline
+    inner = indent + ctx.module.default_indent
+    return NodeEdit(statement, f"if {test}:{newline}{inner}{code_at(ctx, call, inner)}")

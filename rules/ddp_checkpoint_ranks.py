@@ -5,10 +5,10 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from dplint.analysis.names import Body, block_body, child_blocks, descendants, dotted, names_in
+from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, descendants, dotted, names_in, signed_integer_value
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.edits import binding_on_every_path
+from dplint.edits import binding_on_every_path, import_edit, module_name, under_if
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 from dplint.analysis.ddp import (
     DDP,
@@ -141,6 +141,15 @@ class CheckpointOnEveryRank(Rule):
             torch.save(model.module.state_dict(), "checkpoint.pt")
     ```
 
+    ## Fix safety
+    The fix puts the statement under the program's own rank-0 test, one the file already uses as a
+    guard and whose names the statement's place has (`if is_main_process():`, `if self.gpu_id == 0:`,
+    `if args.local_rank in [-1, 0]:`), else under `if dist.get_rank() == 0:`, adding
+    `import torch.distributed as dist` where no name for it is imported. It is unsafe: the other ranks
+    no longer write the file (a rank that reads it back must wait for rank 0, e.g. at a barrier), and
+    `dist.get_rank()` raises where the same code also runs without a process group. A call that is not
+    a statement of its own line gets no fix.
+
     ## Known problems
     Rank guards are tests on a rank: a rank name (`rank`, `local_rank`, `is_main_process()`), a value
     built from one in the same file (`self.gpu_id = int(os.environ["LOCAL_RANK"])`, `mp.spawn`'s process
@@ -154,6 +163,7 @@ class CheckpointOnEveryRank(Rule):
     code = "DPL505"
     name = "checkpoint-on-every-rank"
     summary = "`torch.save` run by every rank of a process group, to the same path: the writes race."
+    fix_applicability = ("unsafe",)
     triggers = GuardedPattern(r"\bsave\(", ["save("])
     distributed_programs_only = True
 
@@ -343,6 +353,16 @@ class CheckpointOnEveryRank(Rule):
                 torch.save(model.state_dict(), "ckpt.pt")
             """,
             line=7,
+            expected_fix="""
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("gloo")
+            for epoch in range(3):
+                loss = model(x).sum()
+                loss.backward()
+                if dist.get_rank() == 0:
+                    torch.save(model.state_dict(), "ckpt.pt")
+            """,
         ),
         Invalid(
             """
@@ -374,6 +394,58 @@ class CheckpointOnEveryRank(Rule):
             torch.distributed.init_process_group("gloo")
             """,
             line=12,
+            expected_fix="""
+            import torch
+            import torch.distributed as dist
+
+            def save_checkpoint(model, path):
+                torch.save(model.state_dict(), path)
+
+            def train(model, loader, optimizer, epochs):
+                for epoch in range(epochs):
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        model(x).sum().backward()
+                        optimizer.step()
+                    if dist.get_rank() == 0:
+                        save_checkpoint(model, "last.pt")
+
+            torch.distributed.init_process_group("gloo")
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            from utils import is_main_process
+
+            def train(model, loader, epochs):
+                dist.init_process_group("nccl")
+                for epoch in range(epochs):
+                    for x in loader:
+                        model(x).sum().backward()
+                    if is_main_process():
+                        print(f"epoch {epoch} done")
+                    # the latest weights, for resuming
+                    torch.save(model.state_dict(), "last.pt")  # every epoch
+            """,
+            line=13,
+            expected_fix="""
+            import torch
+            import torch.distributed as dist
+            from utils import is_main_process
+
+            def train(model, loader, epochs):
+                dist.init_process_group("nccl")
+                for epoch in range(epochs):
+                    for x in loader:
+                        model(x).sum().backward()
+                    if is_main_process():
+                        print(f"epoch {epoch} done")
+                    # the latest weights, for resuming
+                    if is_main_process():
+                        torch.save(model.state_dict(), "last.pt")  # every epoch
+            """,
         ),
     ]
 
@@ -386,10 +458,12 @@ class CheckpointOnEveryRank(Rule):
             if not every_rank:
                 continue
             for call in _unguarded(ctx, scope, SAVE, 1, "f"):
+                test, fix = _on_rank_zero(ctx, scope, call)
                 yield Report(
                     node=call,
                     message="Every rank runs this `torch.save` to the same path: the writes race and can corrupt the file.",
-                    help="Save on one rank: `if dist.get_rank() == 0: torch.save(...)`.",
+                    help=f"Save on one rank: `if {test}: torch.save(...)`.",
+                    fix=fix,
                 )
             for site in iter_sites(scope, rank_knowledge(ctx)):
                 if site.guard is not None:
@@ -397,10 +471,12 @@ class CheckpointOnEveryRank(Rule):
                 for call in calls_in(site.statement):
                     line = _saver_line(ctx, call, scope, savers)
                     if line is not None:
+                        test, fix = _on_rank_zero(ctx, scope, call)
                         yield Report(
                             node=call,
                             message=f"Every rank runs this call, and it saves with `torch.save` (line {line}): the writes race.",
-                            help="Call it on one rank: `if dist.get_rank() == 0: ...`.",
+                            help=f"Call it on one rank: `if {test}: ...`.",
+                            fix=fix,
                         )
 
 
@@ -737,3 +813,132 @@ def _names_a_rank(known: RankKnowledge, device: cst.BaseExpression) -> bool:
         known.mentions_rank(part) or any(isinstance(node, cst.SimpleString) and "RANK" in node.value for node in descendants(part))
         for part in parts
     )
+
+
+def _on_rank_zero(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Tuple[str, Optional[FixSpec]]:
+    """DPL505's fix: the statement that is only `call` under the program's own rank-0 test, one that the
+    file uses as a guard and whose names the call's place has (`is_main_process()`, `self.gpu_id == 0`),
+    else under `dist.get_rank() == 0` (adding `import torch.distributed as dist` where no name for it is
+    imported). Returns the test and the fix (None where the call is not a statement of its own)."""
+    test = _own_rank_zero_test(ctx, scope, call)
+    imports: Tuple[NodeEdit, ...] = ()
+    if test is None:
+        dist = module_name(ctx, "torch.distributed")
+        if dist is None:  # `dist` may name something else in the file: the import would shadow it
+            added = import_edit(ctx, "import torch.distributed as dist", "torch", call) if "dist" not in names_in(ctx.module) else None
+            if added is None:
+                return "dist.get_rank() == 0", None
+            dist, imports = "dist", (added,)
+        test = f"{dist}.get_rank() == 0"
+    edit = under_if(ctx, call, test)
+    return test, None if edit is None else FixSpec(f"Run it under `if {test}:`", (edit, *imports), "unsafe")
+
+
+# A call or an attribute that is true on rank 0 only: `is_main_process()`, `is_master`, `trainer.is_global_zero`.
+_RANK_ZERO_PREDICATE = re.compile(
+    r"^(?:is_)?(?:local_)?(?:main|master)(?:_process|_rank)?$|^is_(?:global|local)_zero$|^is_rank_?(?:0|zero)$|^rank_?(?:0|zero)$", re.I
+)
+
+
+def _own_rank_zero_test(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Optional[str]:
+    """The first rank-0 test that the file's `if` statements use (one of the conditions they join with
+    `and`), whose names the call's place has: in the call's own function first, then its class, then
+    anywhere."""
+    known = rank_knowledge(ctx)
+    found = []
+    for other in iter_scopes(ctx.module):
+        closeness = 0 if other.node is scope.node else 1 if other.owner is not None and other.owner is scope.owner else 2
+        for statement in _if_statements(other.body):
+            for condition in _conditions(statement.test):
+                code = ctx.code(condition)
+                if "\n" not in code and _tests_rank_zero(condition, known) and _available(ctx, scope, other, condition, call):
+                    found.append((closeness, ctx.line(statement), code))
+    return min(found)[2] if found else None
+
+
+def _if_statements(body: Body) -> Iterator[cst.If]:
+    """The `if` statements of a scope's body (and their `elif`s), not those of functions defined in it."""
+    for statement in body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or not isinstance(statement, cst.BaseCompoundStatement):
+            continue
+        if isinstance(statement, cst.If):
+            yield statement
+        for block in child_blocks(statement):
+            yield from _if_statements(block)
+        if isinstance(statement, cst.If) and isinstance(statement.orelse, cst.If):
+            yield from _if_statements([statement.orelse])
+
+
+def _conditions(test: cst.BaseExpression) -> List[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _conditions(test.left) + _conditions(test.right)
+    return [test]
+
+
+def _tests_rank_zero(condition: cst.BaseExpression, known: RankKnowledge) -> bool:
+    """`is_main_process()`, `self.is_master`, `rank == 0`, `args.local_rank in [-1, 0]`."""
+    if isinstance(condition, cst.Call) and not condition.args:
+        condition = condition.func
+    if isinstance(condition, (cst.Name, cst.Attribute)):
+        word = condition.value if isinstance(condition, cst.Name) else condition.attr.value
+        return bool(_RANK_ZERO_PREDICATE.match(word)) or word in known.predicates
+    if not (isinstance(condition, cst.Comparison) and len(condition.comparisons) == 1):
+        return False
+    operator, other = condition.comparisons[0].operator, condition.comparisons[0].comparator
+    if isinstance(operator, cst.Equal):
+        return 0 in (signed_integer_value(other), signed_integer_value(condition.left)) and known.mentions_rank(condition)
+    if isinstance(operator, cst.In) and isinstance(other, (cst.List, cst.Tuple, cst.Set)):
+        values = {signed_integer_value(element.value) for element in other.elements}
+        return 0 in values and values <= {0, -1} and known.mentions_rank(condition.left)
+    return False
+
+
+def _available(ctx: FileContext, scope: ScopeInfo, where: ScopeInfo, condition: cst.BaseExpression, call: cst.Call) -> bool:
+    """Whether every name `condition` (from an `if` of the scope `where`) reads is bound at `call` in `scope`:
+    `self` of the same class, a parameter, a name bound on every path before the call, a module-level name."""
+    line = ctx.line(call)
+    parameters = parameter_names(scope.node) if scope.node is not None else []
+    for name in _read_names(condition):
+        if name == "self":
+            if scope.owner is None or where.owner is not scope.owner or "self" not in parameters:
+                return False
+            continue
+        if name in parameters:
+            continue
+        bound = binding_on_every_path(scope.body, name) if scope.node is not None else None
+        if bound is not None and ctx.line(bound) < line:
+            continue
+        if not _module_level_name(ctx, name, line if scope.node is None else None):
+            return False
+    return True
+
+
+def _read_names(expr: cst.CSTNode) -> Set[str]:
+    """The names an expression reads: `self` and `args` for `self.gpu_id == args.rank`, not `gpu_id`."""
+    if isinstance(expr, cst.Name):
+        return {expr.value}
+    if isinstance(expr, cst.Attribute):
+        return _read_names(expr.value)
+    if isinstance(expr, cst.Arg):
+        return _read_names(expr.value)
+    return {name for child in child_nodes(expr) for name in _read_names(child)}
+
+
+def _module_level_name(ctx: FileContext, name: str, before: Optional[int]) -> bool:
+    """Whether the module's top level binds `name` (a function, a class, an import, an assignment),
+    before the line `before` where given."""
+    for statement in ctx.module.body:
+        if before is not None and ctx.line(statement) >= before:
+            return False
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and statement.name.value == name:
+            return True
+        if binding_on_every_path([statement], name) is not None:
+            return True
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
+                    for alias in small.names:
+                        bound = alias.asname.name if alias.asname is not None else alias.name
+                        if ctx.module.code_for_node(bound).split(".")[0] == name:
+                            return True
+    return False

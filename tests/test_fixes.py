@@ -229,6 +229,100 @@ FIXED = {
             model.load_state_dict(torch.load(path, map_location="cpu"))
         """,
     ),
+    "DPL505: the class's own rank test, a save spanning lines (a string among them) in nested blocks": (
+        "DPL505",
+        '''
+        import os
+        import torch
+        import torch.distributed as dist
+
+        class Trainer:
+            def __init__(self, model):
+                self.gpu_id = int(os.environ["LOCAL_RANK"])
+                self.model = model
+
+            def log(self, text):
+                if self.gpu_id == 0:
+                    print(text)
+
+            def train(self, epochs):
+                dist.init_process_group("nccl")
+                for epoch in range(epochs):
+                    self.model(x).sum().backward()
+                    with open("notes.txt") as notes:
+                        try:
+                            torch.save(
+                                {"model": self.model.state_dict(),  # the weights
+                                 "notes": """trained on
+        the full set""" + notes.read()},
+                                "snapshot.pt",
+                            )
+                        except OSError:
+                            pass
+        ''',
+        '''
+        import os
+        import torch
+        import torch.distributed as dist
+
+        class Trainer:
+            def __init__(self, model):
+                self.gpu_id = int(os.environ["LOCAL_RANK"])
+                self.model = model
+
+            def log(self, text):
+                if self.gpu_id == 0:
+                    print(text)
+
+            def train(self, epochs):
+                dist.init_process_group("nccl")
+                for epoch in range(epochs):
+                    self.model(x).sum().backward()
+                    with open("notes.txt") as notes:
+                        try:
+                            if self.gpu_id == 0:
+                                torch.save(
+                                    {"model": self.model.state_dict(),  # the weights
+                                     "notes": """trained on
+        the full set""" + notes.read()},
+                                    "snapshot.pt",
+                                )
+                        except OSError:
+                            pass
+        ''',
+    ),
+    "DPL505: a rank test whose names the save's place lacks is not used": (
+        "DPL505",
+        """
+        import torch
+        import torch.distributed as dist
+
+        def log(rank, text):
+            if rank == 0:
+                print(text)
+
+        def train(model, epochs):
+            dist.init_process_group("nccl")
+            for epoch in range(epochs):
+                model(x).sum().backward()
+                torch.save(model.state_dict(), "last.pt")
+        """,
+        """
+        import torch
+        import torch.distributed as dist
+
+        def log(rank, text):
+            if rank == 0:
+                print(text)
+
+        def train(model, epochs):
+            dist.init_process_group("nccl")
+            for epoch in range(epochs):
+                model(x).sum().backward()
+                if dist.get_rank() == 0:
+                    torch.save(model.state_dict(), "last.pt")
+        """,
+    ),
 }
 
 
@@ -352,6 +446,28 @@ NO_FIX = {
         parser.add_argument("--local_rank")
         dist.init_process_group("nccl")
         torch.cuda.set_device(int(parser.parse_args().local_rank))
+        """,
+    ),
+    "DPL505: the save is not a statement of its own line": (
+        "DPL505",
+        """
+        import torch
+        import torch.distributed as dist
+        dist.init_process_group("nccl")
+        for epoch in range(3):
+            model(x).sum().backward()
+            torch.save(model.state_dict(), "ckpt.pt"); print("saved")
+        """,
+    ),
+    "DPL505: `dist` names something else and torch.distributed has no name": (
+        "DPL505",
+        """
+        import torch
+        from scipy.spatial import distance as dist
+        torch.distributed.init_process_group("nccl")
+        for epoch in range(3):
+            model(x).sum().backward()
+            torch.save(model.state_dict(), "ckpt.pt")
         """,
     ),
 }
