@@ -10,7 +10,7 @@ from dplint.analysis.names import Body, child_blocks, dotted, iter_calls, names_
 from dplint.analysis.wrapping import Point, WrapSite, describe, handled_names, holder, scopes
 from dplint.analysis.patterns import GuardedPattern
 from dplint.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 PREFIX = "module."
 # A string naming the prefix to strip, spelt right or not (`"modules."` never matches a key).
@@ -91,6 +91,13 @@ class WrapperStateDictPrefix(Rule):
     consume_prefix_in_state_dict_if_present(state, "module.")
     ```
 
+    ## Fix safety
+    The fix saves `getattr(model, "module", model).state_dict()`, the plain model's keys whether the
+    model is wrapped or not; it is offered where the model is a name (`model`, `self.net`). It is unsafe:
+    code that loads these checkpoints into the wrapper (`model.load_state_dict(...)` after the wrap)
+    must then load them into `getattr(model, "module", model)` too, and checkpoints saved before the fix
+    keep their prefix.
+
     ## Known problems
     A wrapper passed in as an argument is followed only when every use of the function in the project
     is a call that passes one, and no file that wraps nothing imports the function's module (its calls
@@ -105,6 +112,7 @@ class WrapperStateDictPrefix(Rule):
     code = "DPL303"
     name = "wrapper-state-dict-prefix"
     summary = "A state_dict saved from a DataParallel/DDP wrapper carries `module.` prefixes plain models cannot load."
+    fix_applicability = ("unsafe",)
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
         """The prefix stripped by hand, a `state_dict` saved in a file that wraps a model, or a class
@@ -200,6 +208,15 @@ class WrapperStateDictPrefix(Rule):
                 torch.save({"model": model.state_dict(), "epoch": 3}, "ckpt.pt")
             """,
             line=7,
+            expected_fix="""
+            import torch
+            import torch.nn as nn
+
+            def train(model):
+                if torch.cuda.device_count() > 1:
+                    model = nn.DataParallel(model).cuda()
+                torch.save({"model": getattr(model, "module", model).state_dict(), "epoch": 3}, "ckpt.pt")
+            """,
         ),
         Invalid(
             """
@@ -345,11 +362,17 @@ class WrapperStateDictPrefix(Rule):
         saves = "saves" if unconditional else "may save"
         shown = ctx.short_code(call.func.value, 30) if owner.endswith("[]") else owner
         message = f"`{shown}.state_dict()` {saves} `module.` keys ({wrapper} on {where})."
+        plain = f'getattr({shown}, "module", {shown})'
+        fix = None
+        if dotted(call.func.value) is not None:  # a name, read twice by the fix: no call, no subscript
+            fix = FixSpec(f"Save `{plain}.state_dict()`", (NodeEdit(call.func.value, plain),), "unsafe")
         return Report(
             node=call,
             message=message,
-            help=f'Save `getattr({shown}, "module", {shown}).state_dict()`, the plain model\'s keys.',
+            help=f"Save `{plain}.state_dict()`, the plain model's keys, and load such checkpoints into `{plain}`: "
+            "without the prefix they no longer load into the wrapper.",
             statement=statement,
+            fix=fix,
         )
 
 

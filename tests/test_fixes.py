@@ -470,6 +470,15 @@ NO_FIX = {
             torch.save(model.state_dict(), "ckpt.pt")
         """,
     ),
+    "DPL303: an element of a list of wrappers, which the fix would read twice": (
+        "DPL303",
+        """
+        import torch
+        import torch.nn as nn
+        heads = [nn.DataParallel(head) for head in build_heads()]
+        torch.save(heads[0].state_dict(), "head0.pt")
+        """,
+    ),
 }
 
 
