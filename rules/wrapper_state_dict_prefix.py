@@ -364,8 +364,10 @@ class WrapperStateDictPrefix(Rule):
         message = f"`{shown}.state_dict()` {saves} `module.` keys ({wrapper} on {where})."
         plain = f'getattr({shown}, "module", {shown})'
         fix = None
-        if dotted(call.func.value) is not None:  # a name, read twice by the fix: no call, no subscript
-            fix = FixSpec(f"Save `{plain}.state_dict()`", (NodeEdit(call.func.value, plain),), "unsafe")
+        receiver = dotted(call.func.value)  # a name, which the fix reads twice: no call, no subscript
+        if receiver is not None:
+            unwrapped = f'getattr({receiver}, "module", {receiver})'
+            fix = FixSpec(f"Save `{unwrapped}.state_dict()`", (NodeEdit(call.func.value, unwrapped),), "unsafe")
         return Report(
             node=call,
             message=message,
