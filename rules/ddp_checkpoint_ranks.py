@@ -715,7 +715,7 @@ class LoadWithoutMapLocation(Rule):
                     yield Report(
                         node=call,
                         message="Every rank runs this `torch.load` without `map_location`: GPU tensors all load onto `cuda:0`.",
-                        help=f"Pass `map_location={location}`: each rank loads onto its own device, and `load_state_dict` copies to where the model is.",
+                        help=f"Pass `map_location={location}`: `load_state_dict` then copies the tensors to where the model is.",
                         fix=fix,
                     )
 

@@ -221,7 +221,7 @@ class LocalRankArgument(Rule):
                 yield Report(
                     node=call,
                     message="`--local_rank` is the only source of the local rank: torchrun passes no such argument.",
-                    help=f"{fix.message}: torchrun sets it, and the old launcher's `--local_rank` still overrides it."
+                    help=f"{fix.message} (torchrun sets `LOCAL_RANK`; the old launcher's `--local_rank` still overrides it)."
                     if fix is not None
                     else 'Read `int(os.environ["LOCAL_RANK"])`, or accept "--local-rank" too with that as the default.',
                     fix=fix,
@@ -263,7 +263,7 @@ def _default_from_environment(ctx: FileContext, call: cst.Call) -> Optional[FixS
         if added is None:
             return None
         edits.append(added)
-    return FixSpec(f"Default to the environment's `LOCAL_RANK`: `default={value}`", tuple(edits), "unsafe")
+    return FixSpec(f"Take the default from the environment: `default={value}`", tuple(edits), "unsafe")
 
 
 def _option_strings(call: cst.Call) -> List[str]:
