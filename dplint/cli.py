@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--list-rules",
         action="store_true",
-        help="list every rule (code, name, default, tier, fix, static/runtime) and exit; with --format json as JSON",
+        help="list every rule (code, name, default, tier, fix: safe/unsafe/none, static/runtime) and exit; with --format json as JSON",
     )
     parser.add_argument(
         "--show-settings", action="store_true", help="print the resolved settings and the file they came from, and exit"
@@ -508,7 +508,7 @@ def list_rules(out: TextIO, as_json: bool) -> int:
             "severity": rule.severity,
             "enabled_by_default": rule.enabled_by_default,
             "preview": rule.preview,
-            "fix": offers_fix(rule),
+            "fix": list(rule.fix_applicability),
             "checked": "runtime" if rule.runtime_only else "static",
             "summary": rule.summary,
         }
@@ -522,14 +522,10 @@ def list_rules(out: TextIO, as_json: bool) -> int:
     for row in rows:
         default = "on" if row["enabled_by_default"] else "off"
         tier = "preview" if row["preview"] else "stable"
-        fix = "yes" if row["fix"] else "no"
+        # `safe/unsafe`: a rule whose fix is one or the other, case by case (its `--explain` says which).
+        fix = "/".join(row["fix"]) or "none"  # type: ignore[arg-type]
         table.append((row["code"], row["name"], default, tier, fix, row["checked"], row["severity"], row["summary"]))  # type: ignore[arg-type]
     widths = [max(len(cells[column]) for cells in table) for column in range(len(table[0]) - 1)]
     for cells in table:
         out.write("  ".join(cell.ljust(width) for cell, width in zip(cells, widths)) + "  " + cells[-1] + "\n")
     return 0
-
-
-def offers_fix(rule) -> bool:
-    """Whether the rule offers a fix: every fix a rule offers is shown, and tested, in its examples."""
-    return any(example.expected_fix is not None for example in rule.INVALID)

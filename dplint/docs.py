@@ -95,6 +95,20 @@ def wild_measurements() -> Tuple[int, Dict[str, Tuple[int, int, int, int]]]:
     return len(repositories), {code: tuple(values) for code, values in sorted(counts.items())}  # type: ignore[misc]
 
 
+FIX_LINES = {
+    (): "none.",
+    ("safe",): "safe: `--fix` applies it.",
+    ("unsafe",): (
+        "unsafe: it changes behaviour, so `--fix` applies it only with `--unsafe-fixes`; `--diff --unsafe-fixes` "
+        "shows it, and editors offer it as a code action."
+    ),
+    ("safe", "unsafe"): (
+        "safe or unsafe, case by case (see Fix safety): `--fix` applies the safe ones, and the unsafe ones only "
+        "with `--unsafe-fixes`."
+    ),
+}
+
+
 def explain(rule: Type[Rule], level: int = 1) -> str:
     """One rule's documentation: summary, severity, its docs, and the examples its tests run."""
     if rule.runtime_only:
@@ -116,6 +130,8 @@ def explain(rule: Type[Rule], level: int = 1) -> str:
         f"Severity: {rule.severity}; {state}.",
         "",
         tier_line,
+        "",
+        f"Fix: {FIX_LINES[rule.fix_applicability]}",
         "",
         _shift_headings(rule.docs(), level - 1),
         "",

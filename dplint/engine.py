@@ -607,7 +607,11 @@ def _locate(rule: Rule, report: Report, ctx, source: SourceFile) -> Finding:
         for edit in report.fix.edits:
             where = ctx.position(position_anchor(edit.node))
             start = Location(where.start.line, where.start.column + 1)
-            end = start if edit.insert_before else Location(where.end.line, where.end.column + 1)
+            end = Location(where.end.line, where.end.column + 1)
+            if edit.insert_before:
+                end = start
+            elif edit.insert_after:
+                start = end
             edits.append(Edit(edit.content, start, end))
         fix = Fix(report.fix.applicability, report.fix.message, tuple(edits))
     return Finding(

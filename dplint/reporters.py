@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from dplint.docs import reference_url
-from dplint.finding import Finding, Location
+from dplint.finding import Finding, Fix, Location
 
 SourceLines = Callable[[str], Optional[List[str]]]
 
@@ -309,6 +309,7 @@ def write_sarif(findings: Sequence[Finding], out: TextIO, source_lines: SourceLi
                     }
                 ],
                 "partialFingerprints": {"dplint/v1": prints[index]},
+                **({"fixes": [sarif_fix(finding.fix, finding.filename, root)]} if finding.fix is not None else {}),
             }
         )
     document = {
@@ -331,6 +332,28 @@ def write_sarif(findings: Sequence[Finding], out: TextIO, source_lines: SourceLi
     }
     json.dump(document, out, indent=2)
     out.write("\n")
+
+
+def sarif_fix(fix: Fix, filename: str, root: str) -> Dict[str, object]:
+    """A finding's fix as a SARIF `fix`: an insertion is a region whose start and end are the same
+    point. Unsafe fixes are included, marked as such: a viewer offers them as `--unsafe-fixes` does."""
+    replacements = [
+        {
+            "deletedRegion": {
+                "startLine": edit.location.row,
+                "startColumn": edit.location.column,
+                "endLine": edit.end_location.row,
+                "endColumn": edit.end_location.column,
+            },
+            "insertedContent": {"text": edit.content},
+        }
+        for edit in fix.edits
+    ]
+    return {
+        "description": {"text": f"{fix.message} ({fix.applicability} fix)"},
+        "artifactChanges": [{"artifactLocation": artifact_location(filename, root), "replacements": replacements}],
+        "properties": {"applicability": fix.applicability},
+    }
 
 
 def artifact_location(filename: str, root: str) -> Dict[str, str]:

@@ -48,11 +48,12 @@ class Invalid:
 
 @dataclass(frozen=True)
 class NodeEdit:
-    """A fix edit named by a node: `content` replaces the node, or goes just before it."""
+    """A fix edit named by a node: `content` replaces the node, or goes just before or just after it."""
 
     node: "cst.CSTNode"
     content: str
     insert_before: bool = False
+    insert_after: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,9 @@ class Rule:
     requires: ClassVar[Optional[Union["re.Pattern[str]", "GuardedPattern"]]] = None
     # Rules that report only in files of a program that starts a process group (project facts).
     distributed_programs_only: ClassVar[bool] = False
+    # The applicabilities of the fixes the rule offers ("safe", "unsafe"; both where it depends on the
+    # case): `--list-rules` and `--explain` show them, and the examples' tests check them.
+    fix_applicability: ClassVar[Tuple[str, ...]] = ()
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
 

@@ -59,6 +59,7 @@ class AccumulatedLossTensor(Rule):
     code = "DPL402"
     name = "accumulated-loss-tensor"
     summary = "`total += loss` on a tensor that requires grad grows the sum's autograd history every iteration."
+    fix_applicability = ("safe",)
     triggers = re.compile(r"\.backward\(")
     # `acc += name` or `acc = acc + name` alone on a line.
     accumulation = re.compile(r"^[ \t]*(\w+)[ \t]*(?:\+=[ \t]*\w+|=[ \t]*\1[ \t]*\+[ \t]*\w+)[ \t]*(?:#.*)?$", re.M)

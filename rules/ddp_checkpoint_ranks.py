@@ -5,16 +5,19 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from dplint.analysis.names import Body, block_body, child_blocks, dotted, names_in
+from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, dotted, names_in
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.edits import binding_on_every_path, import_edit, module_name, under_if
+from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 from dplint.analysis.ddp import (
     ScopeInfo,
     argument,
+    branches,
     calls_in,
     program,
     iter_scopes,
+    parameter_names,
     scope_bindings,
     scope_calls,
 )
@@ -123,6 +126,15 @@ class CheckpointOnEveryRank(Rule):
             torch.save(model.module.state_dict(), "checkpoint.pt")
     ```
 
+    ## Fix safety
+    The fix puts the statement under the program's own rank-0 test, one the file already uses as a
+    guard and whose names the statement's place has (`if is_main_process():`, `if self.gpu_id == 0:`,
+    `if args.local_rank in [-1, 0]:`), else under `if dist.get_rank() == 0:`, adding
+    `import torch.distributed as dist` where no name for it is imported. It is unsafe: the other ranks
+    no longer write the file (a rank that reads it back must wait for rank 0, e.g. at a barrier), and
+    `dist.get_rank()` raises where the same code also runs without a process group. A call that is not
+    a statement of its own line gets no fix.
+
     ## Known problems
     Rank guards are tests on a rank: a rank name (`rank`, `local_rank`, `is_main_process()`), a value
     built from one in the same file (`self.gpu_id = int(os.environ["LOCAL_RANK"])`, `mp.spawn`'s process
@@ -136,6 +148,7 @@ class CheckpointOnEveryRank(Rule):
     code = "DPL505"
     name = "checkpoint-on-every-rank"
     summary = "`torch.save` run by every rank of a process group, to the same path: the writes race."
+    fix_applicability = ("unsafe",)
     triggers = GuardedPattern(r"\bsave\(", ["save("])
     distributed_programs_only = True
 
@@ -325,6 +338,16 @@ class CheckpointOnEveryRank(Rule):
                 torch.save(model.state_dict(), "ckpt.pt")
             """,
             line=7,
+            expected_fix="""
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("gloo")
+            for epoch in range(3):
+                loss = model(x).sum()
+                loss.backward()
+                if dist.get_rank() == 0:
+                    torch.save(model.state_dict(), "ckpt.pt")
+            """,
         ),
         Invalid(
             """
@@ -357,17 +380,72 @@ class CheckpointOnEveryRank(Rule):
             train(build_model(), build_loader(), build_optimizer(), 10)
             """,
             line=4,
+            expected_fix="""
+            import torch
+            import torch.distributed as dist
+
+            def save_checkpoint(model, path):
+                if dist.get_rank() == 0:
+                    torch.save(model.state_dict(), path)  # every rank reaches it through train()
+
+            def train(model, loader, optimizer, epochs):
+                for epoch in range(epochs):
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        model(x).sum().backward()
+                        optimizer.step()
+                    save_checkpoint(model, "last.pt")
+
+            torch.distributed.init_process_group("gloo")
+            train(build_model(), build_loader(), build_optimizer(), 10)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            from utils import is_main_process
+
+            def train(model, loader, epochs):
+                dist.init_process_group("nccl")
+                for epoch in range(epochs):
+                    for x in loader:
+                        model(x).sum().backward()
+                    if is_main_process():
+                        print(f"epoch {epoch} done")
+                    # the latest weights, for resuming
+                    torch.save(model.state_dict(), "last.pt")  # every epoch
+            """,
+            line=13,
+            expected_fix="""
+            import torch
+            import torch.distributed as dist
+            from utils import is_main_process
+
+            def train(model, loader, epochs):
+                dist.init_process_group("nccl")
+                for epoch in range(epochs):
+                    for x in loader:
+                        model(x).sum().backward()
+                    if is_main_process():
+                        print(f"epoch {epoch} done")
+                    # the latest weights, for resuming
+                    if is_main_process():
+                        torch.save(model.state_dict(), "last.pt")  # every epoch
+            """,
         ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         if _SHARDED.search(ctx.source):
             return
-        for _, call in _every_rank_calls(ctx, SAVE, 1, "f"):
+        for scope, call in _every_rank_calls(ctx, SAVE, 1, "f"):
+            test, fix = _on_rank_zero(ctx, scope, call)
             yield Report(
                 node=call,
                 message="Every rank runs this `torch.save` to the same path: the writes race and can corrupt the file.",
-                help="Save on one rank: `if dist.get_rank() == 0: torch.save(...)`.",
+                help=f"Save on one rank: `if {test}: torch.save(...)`.",
+                fix=fix,
             )
 
 
@@ -396,6 +474,14 @@ class LoadWithoutMapLocation(Rule):
     ```
     or `map_location=f"cuda:{local_rank}"`.
 
+    ## Fix safety
+    The fix passes `map_location=`: the code's device variable where it holds the rank's GPU (or the
+    CPU) when the load runs (`device = torch.device("cuda", local_rank)`, `self.device` set in
+    `__init__`), else `f"cuda:{local_rank}"` from a local-rank variable the function has (`local_rank`,
+    `gpu`, `gpu_id`), else `"cpu"`. `load_state_dict` copies the tensors to where the model and the
+    optimizer are, whichever the device. It is unsafe: tensors the program uses straight from the
+    checkpoint (not through `load_state_dict`) end up on that device.
+
     ## Known problems
     What the file holds is not known: a checkpoint saved from CPU tensors loads fine without
     `map_location`. The program must use CUDA somewhere (`.cuda()`, `"cuda"`, NCCL), and the function
@@ -411,6 +497,7 @@ class LoadWithoutMapLocation(Rule):
     )
     name = "load-without-map-location"
     summary = "`torch.load` without `map_location` on every rank: all ranks load GPU tensors onto `cuda:0`."
+    fix_applicability = ("unsafe",)
     triggers = GuardedPattern(r"\bload\(", ["load("])
     distributed_programs_only = True
 
@@ -485,6 +572,13 @@ class LoadWithoutMapLocation(Rule):
             model.load_state_dict(state["model"])
             """,
             line=4,
+            expected_fix="""
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            state = torch.load("ckpt.pt", map_location="cpu")
+            model.load_state_dict(state["model"])
+            """,
         ),
         Invalid(
             """
@@ -515,6 +609,37 @@ class LoadWithoutMapLocation(Rule):
             """,
             line=8,
         ),
+        Invalid(
+            """
+            import os
+            import torch
+            import torch.distributed as dist
+
+            def main(args):
+                dist.init_process_group("nccl")
+                device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+                model = build_model(args).to(device)
+                checkpoint = torch.load(
+                    args.resume,  # written by rank 0
+                )
+                model.load_state_dict(checkpoint["model"])
+            """,
+            line=9,
+            expected_fix="""
+            import os
+            import torch
+            import torch.distributed as dist
+
+            def main(args):
+                dist.init_process_group("nccl")
+                device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+                model = build_model(args).to(device)
+                checkpoint = torch.load(
+                    args.resume, map_location=device,  # written by rank 0
+                )
+                model.load_state_dict(checkpoint["model"])
+            """,
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
@@ -529,11 +654,16 @@ class LoadWithoutMapLocation(Rule):
             if not restores:
                 continue  # features, cached examples, a scheduler's numbers: what the file holds is unknown
             if argument(call, "map_location", 1) is None and not _restores_a_scheduler(ctx, scope, call, restores):
-                    yield Report(
-                        node=call,
-                        message="Every rank runs this `torch.load` without `map_location`: GPU tensors all load onto `cuda:0`.",
-                        help='Pass `map_location="cpu"` (or `f"cuda:{local_rank}"`).',
-                    )
+                location = _rank_device(ctx, scope, call)
+                fix = None
+                if call.args and not any(arg.star for arg in call.args):
+                    fix = FixSpec(f"Pass `map_location={location}`", (NodeEdit(call.args[-1], f", map_location={location}", insert_after=True),), "unsafe")
+                yield Report(
+                    node=call,
+                    message="Every rank runs this `torch.load` without `map_location`: GPU tensors all load onto `cuda:0`.",
+                    help=f"Pass `map_location={location}`: `load_state_dict` then copies the tensors to where the model is.",
+                    fix=fix,
+                )
 
 
 def _restoring_calls(scope: ScopeInfo) -> List[cst.Call]:
@@ -585,3 +715,142 @@ SCHEDULER_FACTORIES = frozenset({
     "get_polynomial_decay_schedule_with_warmup",
     "get_inverse_sqrt_schedule",
 })
+
+
+def _rank_device(ctx: FileContext, scope: ScopeInfo, load: cst.Call) -> str:
+    """What DPL506's fix passes as `map_location`: a device variable of the code that holds the rank's GPU
+    (or the CPU) when the load runs, else `f"cuda:{local_rank}"` from a variable or parameter of the
+    function that holds the local rank, else `"cpu"`."""
+    line = ctx.line(load)
+    bindings: Dict[str, List[cst.BaseExpression]] = {}
+    # Names the load's scope binds on every path before it; `self.` attributes its class's `__init__` binds.
+    for name, values in scope_bindings(ctx, scope).items():
+        bound = binding_on_every_path(scope.body, name)
+        if bound is not None and ctx.line(bound) < line and "." not in name:
+            bindings[name] = values
+    init = next((m for m in block_body(scope.owner.body) if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"), None) if scope.owner else None
+    if init is not None and scope.node is not None and scope.node is not init:
+        body = block_body(init.body)
+        for name, values in scope_bindings(ctx, ScopeInfo(init, body, scope.owner)).items():
+            if name.startswith("self.") and binding_on_every_path(body, name) is not None:
+                bindings[name] = values
+    for name, values in bindings.items():
+        on_gpu = [branch for value in values for branch in branches(value) if "cuda" in ctx.code(branch)]
+        # `torch.device("cuda", local_rank)`, `f"cuda:{rank}"`, or the CPU; never `"cuda"` alone: GPU 0.
+        if "device" in name.rpartition(".")[2] and on_gpu and all(ctx.varies(value) for value in on_gpu):
+            return name
+    parameters = parameter_names(scope.node) if scope.node is not None else []
+    for name in [*parameters, *bindings]:
+        if ctx.execution.value(name, line) == ("rank", "local"):
+            return f'f"cuda:{{{name}}}"'
+    return '"cpu"'
+
+
+def _on_rank_zero(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Tuple[str, Optional[FixSpec]]:
+    """DPL505's fix: the statement that is only `call` under the program's own rank-0 test, one that the
+    file uses as a guard and whose names the call's place has (`is_main_process()`, `self.gpu_id == 0`),
+    else under `dist.get_rank() == 0` (adding `import torch.distributed as dist` where no name for it is
+    imported). Returns the test and the fix (None where the call is not a statement of its own)."""
+    test = _own_rank_zero_test(ctx, scope, call)
+    imports: Tuple[NodeEdit, ...] = ()
+    if test is None:
+        dist = module_name(ctx, "torch.distributed")
+        if dist is None:  # `dist` may name something else in the file: the import would shadow it
+            added = import_edit(ctx, "import torch.distributed as dist", "torch", call) if "dist" not in names_in(ctx.module) else None
+            if added is None:
+                return "dist.get_rank() == 0", None
+            dist, imports = "dist", (added,)
+        test = f"{dist}.get_rank() == 0"
+    edit = under_if(ctx, call, test)
+    return test, None if edit is None else FixSpec(f"Run it under `if {test}:`", (edit, *imports), "unsafe")
+
+
+def _own_rank_zero_test(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Optional[str]:
+    """The first rank-0 test that the file's `if` statements use (one of the conditions they join with
+    `and`), whose names the call's place has: in the call's own function first, then its class, then
+    anywhere."""
+    found = []
+    for other in iter_scopes(ctx.module):
+        closeness = 0 if other.node is scope.node else 1 if other.owner is not None and other.owner is scope.owner else 2
+        for statement in _if_statements(other.body):
+            for condition in _conditions(statement.test):
+                code = ctx.code(condition)
+                if "\n" not in code and _tests_rank_zero(ctx, condition) and _available(ctx, scope, other, condition, call):
+                    found.append((closeness, ctx.line(statement), code))
+    return min(found)[2] if found else None
+
+
+def _if_statements(body: Body) -> Iterator[cst.If]:
+    """The `if` statements of a scope's body (and their `elif`s), not those of functions defined in it."""
+    for statement in body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or not isinstance(statement, cst.BaseCompoundStatement):
+            continue
+        if isinstance(statement, cst.If):
+            yield statement
+        for block in child_blocks(statement):
+            yield from _if_statements(block)
+        if isinstance(statement, cst.If) and isinstance(statement.orelse, cst.If):
+            yield from _if_statements([statement.orelse])
+
+
+def _conditions(test: cst.BaseExpression) -> List[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _conditions(test.left) + _conditions(test.right)
+    return [test]
+
+
+def _tests_rank_zero(ctx: FileContext, condition: cst.BaseExpression) -> bool:
+    """Whether the condition holds on rank 0 (of the group, or of each node) and on no other rank."""
+    truth = ctx.execution.test_truth(ctx.code(condition), ctx.line(condition))
+    return truth[1] in "TU" and truth[3] == "F"
+
+
+def _available(ctx: FileContext, scope: ScopeInfo, where: ScopeInfo, condition: cst.BaseExpression, call: cst.Call) -> bool:
+    """Whether every name `condition` (from an `if` of the scope `where`) reads is bound at `call` in `scope`:
+    `self` of the same class, a parameter, a name bound on every path before the call, a module-level name."""
+    line = ctx.line(call)
+    parameters = parameter_names(scope.node) if scope.node is not None else []
+    for name in _read_names(condition):
+        if name == "self":
+            if scope.owner is None or where.owner is not scope.owner or "self" not in parameters:
+                return False
+            continue
+        if name in parameters:
+            continue
+        bound = binding_on_every_path(scope.body, name) if scope.node is not None else None
+        if bound is not None and ctx.line(bound) < line:
+            continue
+        if not _module_level_name(ctx, name, line if scope.node is None else None):
+            return False
+    return True
+
+
+def _read_names(expr: cst.CSTNode) -> Set[str]:
+    """The names an expression reads: `self` and `args` for `self.gpu_id == args.rank`, not `gpu_id`."""
+    if isinstance(expr, cst.Name):
+        return {expr.value}
+    if isinstance(expr, cst.Attribute):
+        return _read_names(expr.value)
+    if isinstance(expr, cst.Arg):
+        return _read_names(expr.value)
+    return {name for child in child_nodes(expr) for name in _read_names(child)}
+
+
+def _module_level_name(ctx: FileContext, name: str, before: Optional[int]) -> bool:
+    """Whether the module's top level binds `name` (a function, a class, an import, an assignment),
+    before the line `before` where given."""
+    for statement in ctx.module.body:
+        if before is not None and ctx.line(statement) >= before:
+            return False
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and statement.name.value == name:
+            return True
+        if binding_on_every_path([statement], name) is not None:
+            return True
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
+                    for alias in small.names:
+                        bound = alias.asname.name if alias.asname is not None else alias.name
+                        if ctx.module.code_for_node(bound).split(".")[0] == name:
+                            return True
+    return False

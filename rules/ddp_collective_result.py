@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Optional, Sequence
+from typing import Dict, Iterator, Optional, Sequence
 
 import libcst as cst
 
 from dplint.analysis.names import run_visitor
 from dplint.analysis.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.edits import code_at, indentation
+from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.ddp import ASYNC_OP_POSITION, argument, collective_calls, collective_name, is_literal
@@ -38,6 +39,12 @@ class CollectiveResultAssigned(Rule):
     return correct / world_size
     ```
 
+    ## Fix safety
+    `x = dist.all_reduce(x)` → `dist.all_reduce(x)` is safe: `x`, the tensor the collective writes
+    into, then holds the result instead of `None`. Offered only where the name assigned is that tensor
+    (`y = dist.all_reduce(x)`, a result used in an expression, and `gather`, which writes into its
+    second argument, get none).
+
     ## Known problems
     `torch.distributed.nn.functional.all_reduce` (the differentiable variant) returns a tensor and is not
     reported. A call with a non-literal `async_op=` is not reported.
@@ -46,6 +53,7 @@ class CollectiveResultAssigned(Rule):
     code = "DPL512"
     name = "collective-result-assigned"
     summary = "The result of an in-place collective (`None`) assigned or used: `x = dist.all_reduce(x)`."
+    fix_applicability = ("safe",)
     # Collectives are qualified names of torch.distributed: the file imports it (or names it in full),
     # and then `applies_to` looks for a call of one whose result is used.
     requires = GuardedPattern(r"torch\.distributed|from[ \t]+torch[ \t]+import[^\n]*\bdistributed\b", ["distributed"], one_line=True)
@@ -95,6 +103,10 @@ class CollectiveResultAssigned(Rule):
             loss = dist.all_reduce(loss)
             """,
             line=2,
+            expected_fix="""
+            import torch.distributed as dist
+            dist.all_reduce(loss)
+            """,
         ),
         Invalid(
             """
@@ -114,6 +126,13 @@ class CollectiveResultAssigned(Rule):
                 return tensors
             """,
             line=4,
+            expected_fix="""
+            import torch.distributed as dist
+
+            def gather(tensors, t):
+                dist.all_gather(tensors, t)
+                return tensors
+            """,
         ),
         Invalid(
             """
@@ -124,6 +143,31 @@ class CollectiveResultAssigned(Rule):
             ).item()
             """,
             line=3,
+        ),
+        Invalid(
+            """
+            import torch.distributed as dist
+
+            def sync(stats, world_size):
+                for key in stats:
+                    stats[key] = dist.all_reduce(  # summed over ranks
+                        stats[key],
+                        op=dist.ReduceOp.SUM,
+                    )
+                    stats[key] /= world_size
+            """,
+            line=5,
+            expected_fix="""
+            import torch.distributed as dist
+
+            def sync(stats, world_size):
+                for key in stats:
+                    dist.all_reduce(  # summed over ranks
+                        stats[key],
+                        op=dist.ReduceOp.SUM,
+                    )
+                    stats[key] /= world_size
+            """,
         ),
     ]
 
@@ -140,7 +184,31 @@ class CollectiveResultAssigned(Rule):
                 node=call,
                 message=f"`dist.{name}` works in place and returns `None` here; this code uses that `None` as its result.",
                 help=f"Call `dist.{name}(...)` as a statement and use the tensor you passed to it.",
+                fix=_call_alone(ctx, visitor.assignments.get(id(call)), call, name),
             )
+
+
+# The parameter each collective writes its result into (torch 2.13's signatures), always its first.
+# `gather` and `gather_object` write into their second: `t = dist.gather(t, ...)` meant the gathered list.
+_OUTPUT_PARAMETER = {
+    "all_reduce": "tensor", "reduce": "tensor", "broadcast": "tensor", "scatter": "tensor", "all_gather": "tensor_list",
+    "all_gather_into_tensor": "output_tensor", "reduce_scatter": "output", "reduce_scatter_tensor": "output",
+    "all_to_all": "output_tensor_list", "all_to_all_single": "output", "all_gather_object": "object_list",
+    "broadcast_object_list": "object_list", "scatter_object_list": "scatter_object_output_list",
+}  # fmt: skip
+
+
+def _call_alone(ctx: FileContext, assignment: Optional[cst.Assign], call: cst.Call, name: str) -> Optional[FixSpec]:
+    """`x = dist.all_reduce(x)` → `dist.all_reduce(x)`: safe where `x` is what the collective writes
+    into, since it then holds the result rather than `None`."""
+    if assignment is None or len(assignment.targets) != 1 or name not in _OUTPUT_PARAMETER:
+        return None
+    output = argument(call, _OUTPUT_PARAMETER[name], 0)
+    target = assignment.targets[0].target
+    if output is None or not output.deep_equals(target):
+        return None
+    edit = NodeEdit(assignment, code_at(ctx, call, indentation(ctx, assignment)))
+    return FixSpec(f"Drop the assignment: `dist.{name}` writes into `{ctx.short_code(target, 30)}`", (edit,))
 
 
 # Before the call on its line: an assignment, a `return`, or an operator it is an operand of.
@@ -164,6 +232,7 @@ class _UsedResults(cst.CSTVisitor):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.found: list = []
+        self.assignments: Dict[int, cst.Assign] = {}  # by the `id` of the value assigned
 
     def _check(self, value: Optional[cst.BaseExpression]) -> None:
         if not isinstance(value, cst.Call):
@@ -179,6 +248,7 @@ class _UsedResults(cst.CSTVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._check(node.value)
+        self.assignments[id(node.value)] = node
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self._check(node.value)

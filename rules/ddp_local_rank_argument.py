@@ -1,14 +1,16 @@
 from __future__ import annotations
 
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import libcst as cst
 
 from dplint.analysis.facts import scan_distributed
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.analysis.ddp import calls_in, in_distributed_program, program_or_file
+from dplint.analysis.names import dotted, signed_integer_value
+from dplint.edits import import_edit, module_name
+from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
+from dplint.analysis.ddp import argument, calls_in, in_distributed_program, is_literal, program_or_file
 
 
 class LocalRankArgument(Rule):
@@ -38,6 +40,15 @@ class LocalRankArgument(Rule):
     or, to keep supporting the old launcher, accept both spellings with
     `parser.add_argument("--local-rank", "--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))`.
 
+    ## Fix safety
+    The fix takes the argument's default from the environment, so torchrun's ranks each get their own,
+    and `--local_rank` from the old launcher still overrides it: an integer default `d` becomes
+    `int(os.environ.get("LOCAL_RANK", d))`; with `type=int`, a default of None (or none) becomes
+    `os.environ.get("LOCAL_RANK")`, which argparse converts with `type`. `import os` is added where the
+    file lacks it. It is unsafe: every rank then takes another GPU than the default, which is the point,
+    and the same holds for any program run in an environment that sets `LOCAL_RANK`. Other defaults get
+    no fix.
+
     ## Known problems
     Only a file of a program that starts a process group (or wraps a model in DDP) is checked: a
     one-process script that takes `--local_rank` for its device has no ranks. Any mention of
@@ -51,6 +62,7 @@ class LocalRankArgument(Rule):
     code = "DPL510"
     name = "local-rank-argument"
     summary = "`--local_rank` read only from argparse: torchrun passes none, so every rank gets the default GPU."
+    fix_applicability = ("unsafe",)
     triggers = GuardedPattern(r"[\"']--local_rank[\"']", ["--local_rank"])
 
     VALID = [
@@ -139,6 +151,15 @@ class LocalRankArgument(Rule):
             torch.distributed.init_process_group("nccl")
             """,
             line=3,
+            expected_fix="""
+            import argparse
+            import os
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
+            args = parser.parse_args()
+            torch.cuda.set_device(args.local_rank)
+            torch.distributed.init_process_group("nccl")
+            """,
         ),
         Invalid(
             """
@@ -171,6 +192,20 @@ class LocalRankArgument(Rule):
             model = DistributedDataParallel(model.to(device), device_ids=[device])
             """,
             line=5,
+            expected_fix="""
+            from argparse import ArgumentParser
+            import os
+            from torch.nn.parallel import DistributedDataParallel
+            p = ArgumentParser()
+            p.add_argument("--epochs", type=int)
+            p.add_argument(
+                "--local_rank",
+                type=int, default=os.environ.get("LOCAL_RANK"),
+            )
+            para = vars(p.parse_args())
+            device = f"cuda:{para['local_rank']}"
+            model = DistributedDataParallel(model.to(device), device_ids=[device])
+            """,
         ),
     ]
 
@@ -182,10 +217,14 @@ class LocalRankArgument(Rule):
                 continue
             options = _option_strings(call)
             if "--local_rank" in options and "--local-rank" not in options:
+                fix = _default_from_environment(ctx, call)
                 yield Report(
                     node=call,
                     message="`--local_rank` is the only source of the local rank: torchrun passes no such argument.",
-                    help='Read `int(os.environ["LOCAL_RANK"])`, or accept "--local-rank" too with that as the default.',
+                    help=f"{fix.message} (torchrun sets `LOCAL_RANK`; the old launcher's `--local_rank` still overrides it)."
+                    if fix is not None
+                    else 'Read `int(os.environ["LOCAL_RANK"])`, or accept "--local-rank" too with that as the default.',
+                    fix=fix,
                 )
 
 
@@ -200,6 +239,31 @@ def _only_source_read(ctx: FileContext) -> bool:
     companions = [files[name].distributed for name in ctx.project.distributed.companions(ctx.filename) if name in files]
     readers = [facts for facts in (*companions, own) if facts is not None and facts.reads_local_rank_argument]
     return bool(readers) and not any(facts.other_local_rank_source for facts in readers)
+
+
+def _default_from_environment(ctx: FileContext, call: cst.Call) -> Optional[FixSpec]:
+    """`default=int(os.environ.get("LOCAL_RANK", -1))` for an integer default; with `type=int`, a default
+    of None (or none) becomes `os.environ.get("LOCAL_RANK")`, which argparse converts with `type`."""
+    if any(arg.star for arg in call.args):
+        return None
+    os_name = module_name(ctx, "os")
+    environ = f"{os_name or 'os'}.environ"
+    default, type_ = argument(call, "default"), argument(call, "type")
+    if default is not None and signed_integer_value(default) is not None:
+        value = f'int({environ}.get("LOCAL_RANK", {ctx.code(default)}))'
+        edit = NodeEdit(default, value)
+    elif (default is None or is_literal(default, None)) and type_ is not None and dotted(type_) == "int":
+        value = f'{environ}.get("LOCAL_RANK")'
+        edit = NodeEdit(default, value) if default is not None else NodeEdit(call.args[-1], f", default={value}", insert_after=True)
+    else:
+        return None
+    edits = [edit]
+    if os_name is None:
+        added = import_edit(ctx, "import os", "os", call)
+        if added is None:
+            return None
+        edits.append(added)
+    return FixSpec(f"Take the default from the environment: `default={value}`", tuple(edits), "unsafe")
 
 
 def _option_strings(call: cst.Call) -> List[str]:

@@ -1,17 +1,22 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from dplint.analysis.names import dotted
+from dplint.analysis.names import descendants, dotted
 from dplint.analysis.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.edits import binding_on_every_path, indentation
+from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 from dplint.analysis.ddp import (
+    DATA_LOADERS,
     DISTRIBUTED_SAMPLERS,
+    ScopeInfo,
     argument,
+    branches,
     calls_in,
+    for_loops,
     program_or_file,
     is_evaluation_name,
     is_literal,
@@ -19,15 +24,17 @@ from dplint.analysis.ddp import (
     iter_statements,
     looks_like_evaluation,
     mentions,
+    scope_bindings,
 )
 
 _EPOCH = re.compile(r"epoch", re.I)
 
 
-def distributed_samplers(ctx: FileContext) -> List[Tuple[cst.Call, List[str]]]:
-    """Every `DistributedSampler(...)` call of the file, with the names its statement assigns."""
+def distributed_samplers(ctx: FileContext) -> List[Tuple[cst.Call, List[str], cst.BaseSmallStatement, ScopeInfo]]:
+    """Every `DistributedSampler(...)` call of the file, with the names its statement assigns, that
+    statement and its scope."""
 
-    def compute() -> List[Tuple[cst.Call, List[str]]]:
+    def compute() -> List[Tuple[cst.Call, List[str], cst.BaseSmallStatement, ScopeInfo]]:
         found = []
         for scope in iter_scopes(ctx.module):
             for small in iter_statements(scope):
@@ -36,7 +43,7 @@ def distributed_samplers(ctx: FileContext) -> List[Tuple[cst.Call, List[str]]]:
                     targets = [name for name in (dotted(t.target) for t in small.targets) if name]
                 for call in calls_in(small):
                     if ctx.qualify(call.func) in DISTRIBUTED_SAMPLERS:
-                        found.append((call, targets))
+                        found.append((call, targets, small, scope))
         return found
 
     return ctx.memo("ddp-samplers", compute)
@@ -71,6 +78,15 @@ class DistributedSamplerWithoutSetEpoch(Rule):
             ...
     ```
 
+    ## Fix safety
+    The fix calls `set_epoch` with the loop's variable as the first statement of each epoch loop, in
+    the function that builds the sampler: `sampler.set_epoch(epoch)`, `loader.sampler.set_epoch(epoch)`
+    for a sampler built inside the `DataLoader(...)` call, or under `if sampler is not None:` where the
+    sampler may be None. It is unsafe: every epoch after the first then visits the data in another
+    order, which changes the results of a training run. No fix is offered where the epoch loop is in
+    another function or has no loop variable (`while epoch < n:`, `for _ in ...`), or where the name may
+    hold something else or be unbound when the loop starts.
+
     ## Known problems
     One `set_epoch(` call anywhere in the project silences the rule for every sampler. Samplers with
     `shuffle=` other than a literal, samplers of evaluation data (names with val/eval/test), and
@@ -80,6 +96,7 @@ class DistributedSamplerWithoutSetEpoch(Rule):
     code = "DPL501"
     name = "distributed-sampler-without-set-epoch"
     summary = "A shuffling `DistributedSampler` whose `set_epoch` is never called: every epoch has the same order."
+    fix_applicability = ("unsafe",)
     triggers = re.compile(r"DistributedSampler")
 
     VALID = [
@@ -123,6 +140,15 @@ class DistributedSamplerWithoutSetEpoch(Rule):
                     step(batch)
             """,
             line=2,
+            expected_fix="""
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler = DistributedSampler(dataset)
+            loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+            for epoch in range(10):
+                sampler.set_epoch(epoch)
+                for batch in loader:
+                    step(batch)
+            """,
         ),
         Invalid(
             """
@@ -152,13 +178,44 @@ class DistributedSamplerWithoutSetEpoch(Rule):
             """,
             line=4,
         ),
+        Invalid(
+            """
+            import torch
+
+            def main(args, dataset, model):
+                if args.distributed:
+                    train_sampler = torch.utils.data.distributed.DistributedSampler(dataset)
+                else:
+                    train_sampler = None
+                loader = torch.utils.data.DataLoader(dataset, shuffle=(train_sampler is None), sampler=train_sampler)
+                for epoch in range(args.start_epoch, args.epochs):  # resumable
+                    # one pass over the data
+                    train(loader, model, epoch)
+            """,
+            line=5,
+            expected_fix="""
+            import torch
+
+            def main(args, dataset, model):
+                if args.distributed:
+                    train_sampler = torch.utils.data.distributed.DistributedSampler(dataset)
+                else:
+                    train_sampler = None
+                loader = torch.utils.data.DataLoader(dataset, shuffle=(train_sampler is None), sampler=train_sampler)
+                for epoch in range(args.start_epoch, args.epochs):  # resumable
+                    if train_sampler is not None:
+                        train_sampler.set_epoch(epoch)
+                    # one pass over the data
+                    train(loader, model, epoch)
+            """,
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         facts = program_or_file(ctx)
         if facts.trainer_framework or not facts.epoch_loop:
             return
-        for call, targets in distributed_samplers(ctx):
+        for call, targets, statement, scope in distributed_samplers(ctx):
             # Each program that builds it must call `set_epoch` itself: a sibling script's call, or a
             # test's, does nothing for this one. Where no program is known to reach it, or a class of the
             # project defines its own `set_epoch` (called by whatever steps it), the files of the
@@ -175,10 +232,14 @@ class DistributedSamplerWithoutSetEpoch(Rule):
             dataset = argument(call, "dataset", 0)
             if any(is_evaluation_name(target) for target in targets) or (dataset is not None and looks_like_evaluation(dataset)):
                 continue
+            fix = _set_epoch_fix(ctx, call, statement, scope)
             yield Report(
                 node=call,
                 message="This shuffling `DistributedSampler` never gets `set_epoch()`: every epoch has the same order.",
-                help="Call `sampler.set_epoch(epoch)` (or `loader.sampler.set_epoch(epoch)`) at the start of each epoch.",
+                help=f"{fix.message}."
+                if fix is not None
+                else "Call `sampler.set_epoch(epoch)` (or `loader.sampler.set_epoch(epoch)`) at the start of each epoch.",
+                fix=fix,
             )
 
 
@@ -272,7 +333,7 @@ class DistributedSamplerSeedPerRank(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        for call, _ in distributed_samplers(ctx):
+        for call, *_ in distributed_samplers(ctx):
             seed = argument(call, "seed", 4)
             if seed is None:
                 continue
@@ -283,6 +344,50 @@ class DistributedSamplerSeedPerRank(Rule):
                     message=f"This `DistributedSampler` seed depends on {reason}: ranks shuffle differently and overlap.",
                     help="Pass the same seed on every rank (e.g. `seed=args.seed`); seed augmentation per rank elsewhere.",
                 )
+
+
+def _set_epoch_fix(ctx: FileContext, call: cst.Call, statement: cst.BaseSmallStatement, scope: ScopeInfo) -> Optional[FixSpec]:
+    """`sampler.set_epoch(epoch)` (or `loader.sampler.set_epoch(epoch)`) first in each loop over epochs,
+    with a loop variable, that the sampler's scope runs after building it. The name must hold the sampler
+    whenever the loop runs: bound on every path before it, and only to samplers (or to None: the call
+    goes under `if sampler is not None:`)."""
+    if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0].target, cst.Name)):
+        return None
+    name = statement.targets[0].target.value
+    values = [branch for value in scope_bindings(ctx, scope).get(name, []) for branch in branches(value)]
+    if any(value is call for value in branches(statement.value)):
+        stepped, guarded = name, any(is_literal(value, None) for value in values)
+        if not all(is_literal(value, None) or isinstance(value, cst.Call) and ctx.qualify(value.func) in DISTRIBUTED_SAMPLERS for value in values):
+            return None
+    elif isinstance(statement.value, cst.Call) and ctx.qualify(statement.value.func) in DATA_LOADERS and len(values) == 1:
+        if argument(statement.value, "sampler", 3) is not call:
+            return None
+        stepped, guarded = f"{name}.sampler", False
+    else:
+        return None
+    bound = binding_on_every_path(scope.body, name)
+    loops = [loop for loop in for_loops(scope) if _epoch_variable(loop) is not None]
+    # The outermost: a loop over epochs nested in another is not where an epoch starts.
+    loops = [loop for loop in loops if not any(other is not loop and any(node is loop for node in descendants(other)) for other in loops)]
+    loops = [loop for loop in loops if bound is not None and ctx.line(bound) < ctx.line(loop) and ctx.line(statement) < ctx.line(loop)]
+    if not loops:
+        return None
+    newline, unit = ctx.module.default_newline, ctx.module.default_indent
+    edits = []
+    for loop in loops:
+        indent = indentation(ctx, loop.body.body[0])  # type: ignore[union-attr]
+        step = f"{stepped}.set_epoch({_epoch_variable(loop)})"
+        text = f"if {name} is not None:{newline}{indent}{unit}{step}" if guarded else step
+        edits.append(NodeEdit(loop.body.header, f"{indent}{text}{newline}", insert_after=True))  # type: ignore[union-attr]
+    where = " and ".join(f"line {ctx.line(loop)}" for loop in loops)
+    return FixSpec(f"Call `{step}` first in the epoch loop ({where})", tuple(edits), "unsafe")
+
+
+def _epoch_variable(loop: cst.For) -> Optional[str]:
+    """The loop's variable where it loops over epochs (`for epoch in range(args.epochs)`), on an indented body."""
+    if not (isinstance(loop.target, cst.Name) and loop.target.value != "_" and isinstance(loop.body, cst.IndentedBlock)):
+        return None
+    return loop.target.value if _EPOCH.search(loop.target.value) or mentions(loop.iter, _EPOCH) else None
 
 
 _VARYING_CALLS = {"time.time": "the time", "time.time_ns": "the time", "os.getpid": "the process id"}

@@ -88,6 +88,7 @@ class DiscardedTensorMove(Rule):
     code = "DPL101"
     name = "discarded-tensor-move"
     summary = "The result of `tensor.to()`, `.cuda()` or `.cpu()` is discarded, so the tensor never moves."
+    fix_applicability = ("safe",)
     triggers = re.compile(r"\.(?:to|cuda|cpu)\(")
 
     VALID = [

@@ -78,6 +78,7 @@ class InvalidDeviceString(Rule):
     code = "DPL102"
     name = "invalid-device-string"
     summary = "A device string that torch rejects (`\"cuda: 0\"`, `\"gpu\"`, `\"CUDA:0\"`)."
+    fix_applicability = ("safe", "unsafe")
     triggers = GuardedPattern(
         r"(?:device|\.to|\.cuda|map_location)[ \t]*[=(]([^\n]*)", ["device", ".to", ".cuda", "map_location"], one_line=True
     )
@@ -140,6 +141,10 @@ class InvalidDeviceString(Rule):
                 return batch.to("gpu")
             """,
             line=2,
+            expected_fix="""
+            def move(batch):
+                return batch.to("cuda")
+            """,
         ),
         Invalid(
             """

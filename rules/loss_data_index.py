@@ -53,6 +53,7 @@ class LossDataIndex(Rule):
     code = "DPL401"
     name = "loss-data-index"
     summary = "`x.data[0]` on a 0-dim loss or reduction raises IndexError on PyTorch >= 0.4; use `x.item()`."
+    fix_applicability = ("safe",)
     triggers = re.compile(r"\.data\[0\]")
 
     VALID = [

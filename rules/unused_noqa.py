@@ -44,6 +44,7 @@ class UnusedNoqa(SuppressionRule):
     code = "DPL001"
     name = "unused-noqa"
     summary = "A `# noqa` comment names a DPL code that suppresses nothing on its line."
+    fix_applicability = ("safe",)
     severity = "warning"
     enabled_by_default = False
     judges_use = True

@@ -13,7 +13,7 @@ from dplint.analysis.wrapping import Point, WrapFlow, WrapSite, describe, handle
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
 from dplint.finding import FileReference
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 PREFIX = "module."
 # A string naming the prefix to strip, spelt right or not (`"modules."` never matches a key).
@@ -94,6 +94,13 @@ class WrapperStateDictPrefix(Rule):
     consume_prefix_in_state_dict_if_present(state, "module.")
     ```
 
+    ## Fix safety
+    The fix saves `getattr(model, "module", model).state_dict()`, the plain model's keys whether the
+    model is wrapped or not; it is offered where the model is a name (`model`, `self.net`). It is unsafe:
+    code that loads these checkpoints into the wrapper (`model.load_state_dict(...)` after the wrap)
+    must then load them into `getattr(model, "module", model)` too, and checkpoints saved before the fix
+    keep their prefix.
+
     ## Known problems
     A wrapper passed in as an argument is followed only when every use of the function in the project
     is a call that passes one, and no file that wraps nothing imports the function's module (its calls
@@ -108,6 +115,7 @@ class WrapperStateDictPrefix(Rule):
     code = "DPL303"
     name = "wrapper-state-dict-prefix"
     summary = "A state_dict saved from a DataParallel/DDP wrapper carries `module.` prefixes plain models cannot load."
+    fix_applicability = ("unsafe",)
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
         """The prefix stripped by hand, a `state_dict` saved in a file that wraps a model, or a class
@@ -258,6 +266,19 @@ class WrapperStateDictPrefix(Rule):
                 model.load_state_dict(torch.load(path)["model"])  # fails on a multi-GPU checkpoint
             """,
             line=7,
+            expected_fix="""
+            import torch
+            import torch.nn as nn
+
+            def train(model):
+                if torch.cuda.device_count() > 1:
+                    model = nn.DataParallel(model).cuda()
+                torch.save({"model": getattr(model, "module", model).state_dict(), "epoch": 3}, "ckpt.pt")
+
+            def demo(path):
+                model = Net()
+                model.load_state_dict(torch.load(path)["model"])  # fails on a multi-GPU checkpoint
+            """,
         ),
         Invalid(
             """
@@ -395,9 +416,19 @@ class _Save:
         wrapper, where, unconditional = describe(self.sites, ctx)
         saves = "saves" if unconditional else "may save"
         shown = ctx.short_code(self.call.func.value, 30) if self.owner.endswith("[]") else self.owner
-        fix = f'Save `getattr({shown}, "module", {shown}).state_dict()`, and load checkpoints into the model before wrapping it (or strip the prefix on load).'
+        plain = f'getattr({shown}, "module", {shown})'
+        help = (
+            f"Save `{plain}.state_dict()`, the plain model's keys, and load such checkpoints into `{plain}`: "
+            "without the prefix they no longer load into the wrapper."
+        )
+        fix = None
+        receiver = dotted(self.call.func.value)  # a name, which the fix reads twice: no call, no subscript
+        if receiver is not None:
+            unwrapped = f'getattr({receiver}, "module", {receiver})'
+            fix = FixSpec(f"Save `{unwrapped}.state_dict()`", (NodeEdit(self.call.func.value, unwrapped),), "unsafe")
         if self.breaking is None:
-            return Report(node=self.call, message=f"`{shown}.state_dict()` {saves} `module.` keys ({wrapper} on {where}).", help=fix, statement=self.statement)
+            message = f"`{shown}.state_dict()` {saves} `module.` keys ({wrapper} on {where})."
+            return Report(node=self.call, message=message, help=help, statement=self.statement, fix=fix)
         filename, load = self.breaking
         reference = FileReference.to(filename, load.path, load.line)
         model = f"a bare `{load.model}`" if load.model[:1].isupper() else f"the bare model of `{load.model}()`" if load.model else "the bare model"
@@ -406,8 +437,9 @@ class _Save:
         return Report(
             node=self.call,
             message=f"`{shown}.state_dict()` {saves} `{PREFIX}` keys ({wrapper}, {place}), which {reference.text} loads into {model}.",
-            help=fix,
+            help=help,
             statement=self.statement,
+            fix=fix,
             references=(reference,),
         )
 
@@ -511,6 +543,7 @@ class WrapperStateDictSaved(Rule):
 
     code = "DPL312"
     name = "wrapper-state-dict-saved"
+    fix_applicability = ("unsafe",)
     summary = "A wrapper's state_dict saved with `module.` keys (advice: every loader in view copes)."
     severity = "warning"
     enabled_by_default = False
@@ -553,6 +586,12 @@ class WrapperStateDictSaved(Rule):
             torch.save(model.state_dict(), "ckpt.pt")
             """,
             line=4,
+            expected_fix="""
+            import torch
+            import torch.nn as nn
+            model = nn.DataParallel(Net())
+            torch.save(getattr(model, "module", model).state_dict(), "ckpt.pt")
+            """,
         ),
         Invalid(
             """

@@ -286,6 +286,8 @@ def test_explain_and_list_rules(tmp_path):
     assert result.stdout.startswith("# DPL301: batch-dim-moved-in-forward")
     for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Known problems"):
         assert heading in result.stdout
+    assert "\nFix: none.\n" in result.stdout
+    assert "\nFix: safe: `--fix` applies it.\n" in dplint("--explain", "DPL101", cwd=tmp_path).stdout
     assert dplint("--explain", "DPL999", cwd=tmp_path).returncode == 2
     header, *listing = dplint("--list-rules", cwd=tmp_path).stdout.splitlines()
     assert header.split() == ["CODE", "NAME", "DEFAULT", "TIER", "FIX", "CHECKED", "SEVERITY", "SUMMARY"]
@@ -293,15 +295,17 @@ def test_explain_and_list_rules(tmp_path):
     assert codes == sorted(codes) and len(codes) == len(set(codes))
     assert {"DPL000", "DPL101", "DPL202", "DPL301", "DPL309", "DPL310", "DPL401", "DPL501", "DPL515", "DPL601"} <= set(codes)
     columns = {line.split()[0]: line.split()[1:7] for line in listing}
-    assert columns["DPL101"] == ["discarded-tensor-move", "on", "stable", "yes", "static", "error"]
-    assert columns["DPL306"] == ["uneven-batch", "on", "stable", "no", "runtime", "warning"]
+    assert columns["DPL101"] == ["discarded-tensor-move", "on", "stable", "safe", "static", "error"]
+    assert columns["DPL306"] == ["uneven-batch", "on", "stable", "none", "runtime", "warning"]
     assert columns["DPL514"][1:3] == ["on", "preview"]
-    assert columns["DPL308"][1:5] == ["off", "stable", "no", "static"] and columns["DPL001"][1:4] == ["off", "stable", "yes"]
+    assert columns["DPL308"][1:5] == ["off", "stable", "none", "static"] and columns["DPL001"][1:4] == ["off", "stable", "safe"]
+    assert columns["DPL102"][3] == "safe/unsafe"
     rows = json.loads(dplint("--list-rules", "--format", "json", cwd=tmp_path).stdout)
     by_code = {row["code"]: row for row in rows}
     assert [row["code"] for row in rows] == codes
     assert by_code["DPL202"]["severity"] == "warning"
-    assert by_code["DPL101"]["fix"] is True and by_code["DPL301"]["fix"] is False
+    assert by_code["DPL101"]["fix"] == ["safe"] and by_code["DPL301"]["fix"] == []
+    assert by_code["DPL102"]["fix"] == ["safe", "unsafe"]
     assert by_code["DPL306"]["checked"] == "runtime" and by_code["DPL301"]["checked"] == "static"
     assert by_code["DPL308"]["enabled_by_default"] is False and by_code["DPL304"]["enabled_by_default"] is True
     assert by_code["DPL304"]["preview"] is True and by_code["DPL101"]["preview"] is False

@@ -82,6 +82,15 @@ def test_sarif_validates_against_the_official_schema(tmp_path):
     assert location["artifactLocation"]["uri"] == "src/a.py"
     assert location["region"] == {"startLine": 6, "startColumn": 1, "endLine": 6, "endColumn": 13}
     assert run["results"][1]["level"] == "warning" or run["results"][0]["level"] == "warning"
+    # The fix: an insertion point (an empty region) before the statement, marked safe.
+    (fix,) = result_101["fixes"]
+    assert fix["properties"] == {"applicability": "safe"} and fix["description"]["text"].endswith("(safe fix)")
+    (change,) = fix["artifactChanges"]
+    assert change["artifactLocation"] == location["artifactLocation"]
+    assert change["replacements"] == [
+        {"deletedRegion": {"startLine": 6, "startColumn": 1, "endLine": 6, "endColumn": 1}, "insertedContent": {"text": "x = "}}
+    ]
+    assert all("fixes" not in r for r in run["results"] if r["ruleId"] == "DPL202")
 
 
 def test_sarif_uris_are_percent_encoded_and_relative_to_srcroot(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from dplint import lint_source
@@ -32,9 +34,40 @@ def test_invalid_example_is_reported_on_its_line(rule, example):
     assert [f.location.row for f in findings] == [example.line]
     finding = findings[0]
     assert finding.message.endswith(".") and len(finding.message) > 60
+    # `--list-rules` and `--explain` show the declared applicabilities: every fix offered has one of them.
+    assert finding.fix is None or finding.fix.applicability in rule.fix_applicability
     if example.fixed_source is not None:
         assert finding.fix is not None
-        assert apply_fixes(example.source, [finding]) == (example.fixed_source, [finding])
+        assert apply_fixes(example.source, [finding], unsafe=True) == (example.fixed_source, [finding])
+
+
+def _fixed_cases():
+    for rule in ALL_RULES:
+        for index, example in enumerate(rule.INVALID):
+            if example.fixed_source is not None:
+                yield pytest.param(rule, example, id=f"{rule.code}-invalid-{index}")
+
+
+@pytest.mark.parametrize("rule, example", list(_fixed_cases()))
+def test_a_fixed_example_compiles_and_leaves_no_finding_and_no_new_one(rule, example):
+    """What a fix promises: the result parses, the finding is gone on a re-run (so `--fix` is
+    idempotent), and no rule, preview ones included, finds anything it did not find before."""
+    compile(example.fixed_source, "example.py", "exec")
+    assert _lint(rule, example.fixed_source) == []
+    everything = [rule.code for rule in CHECKS]
+    before = Counter(f.code for f in lint_source(example.source, "example.py", select=everything))
+    after = Counter(f.code for f in lint_source(example.fixed_source, "example.py", select=everything))
+    assert not after - (before - Counter([rule.code]))  # (Counter's <= needs Python 3.10)
+
+
+@pytest.mark.parametrize("rule", [rule for rule in ALL_RULES if rule.fix_applicability or any(e.expected_fix for e in rule.INVALID)], ids=lambda r: r.code)
+def test_every_applicability_a_rule_declares_is_shown_by_a_fixed_example(rule):
+    shown = set()
+    for example in rule.INVALID:
+        if example.fixed_source is not None:
+            (finding,) = _lint(rule, example.source)
+            shown.add(finding.fix.applicability)
+    assert sorted(shown) == sorted(rule.fix_applicability)
 
 
 def test_codes_are_unique_and_well_formed():

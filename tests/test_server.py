@@ -300,6 +300,29 @@ async def test_unsafe_fix_is_labelled_and_not_preferred(client: LanguageClient, 
     assert await code_actions(client, uri, found.range, only=["source.fixAll"]) == []  # --fix leaves unsafe fixes alone
 
 
+# The realistic training scripts of tests/test_fixes.py, each with one finding that a fix addresses.
+FIX_SCRIPTS = sorted(p for p in (Path(__file__).parent / "fix_scripts").glob("*.py") if not p.name.endswith(".fixed.py"))
+
+
+@ASYNC
+@pytest.mark.parametrize("script", FIX_SCRIPTS, ids=lambda p: p.stem)
+async def test_quick_fix_offers_the_same_edit_as_the_cli(client: LanguageClient, workspace: Path, script: Path):
+    """The code action of each distributed rule's fix gives what `--fix --unsafe-fixes` gives (the
+    `.fixed.py` beside the script, checked through the CLI by tests/test_fixes.py)."""
+    code = script.name.split("_")[0].upper()
+    (workspace / "pyproject.toml").write_text("[tool.dplint]\npreview = true\n")  # DPL506 is a preview rule
+    text = script.read_text()
+    uri = write(workspace, "train.py", text)
+    open_document(client, uri, text)
+    found = await diagnostics(client, uri, lambda found: code in codes(found))
+    (diagnostic,) = [d for d in found if d.code == code]
+    actions = await code_actions(client, uri, diagnostic.range, only=[types.CodeActionKind.QuickFix])
+    (fix,) = [a for a in actions if code in a.title and not a.title.startswith("Disable")]
+    unsafe = diagnostic.data["fix"]["applicability"] == "unsafe"
+    assert fix.title.endswith("(unsafe)") == unsafe and fix.is_preferred == (not unsafe)
+    assert apply_edits(text, fix.edit.changes[uri]) == script.with_name(script.stem + ".fixed.py").read_text()
+
+
 @pytest.mark.parametrize(
     "text, expected",
     [
