@@ -26,7 +26,7 @@ from dplint.finding import Finding
 from dplint.runtime.distributed import LaunchError, launch
 from dplint.runtime.distributed.analysis import findings as analyse
 from dplint.runtime.distributed.channel import display_path
-from dplint.runtime.distributed.cli import main as run_main
+from dplint.run_cli import main as run_main
 
 PROGRAMS = Path(__file__).parent / "distributed_programs"
 PROJECT = PROGRAMS / "project"
@@ -461,6 +461,18 @@ def test_dplint_run_help_lists_each_check_whole_on_its_own_line(monkeypatch: pyt
     from dplint.runtime.distributed import ALL_CHECKS
 
     assert [line.split()[0] for line in lines if line.startswith("  ") and line.split()[0] in ALL_CHECKS] == list(ALL_CHECKS)
+
+
+@pytest.mark.parametrize("arguments", [["--help"], ["--checks", "telepathy", "x.py"]], ids=["help", "usage-error"])
+def test_dplint_run_reads_its_command_line_without_importing_torch(arguments: List[str]) -> None:
+    # torch takes seconds to import: only a run that starts needs it.
+    probe = (
+        "import sys, dplint.cli\n"
+        "try:\n    dplint.cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    result = subprocess.run([sys.executable, "-c", probe, "run", *arguments], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
 
 
 # ranks that have children, threads, interruption ------------------------------------------------------

@@ -18,12 +18,10 @@ from dplint.runtime.distributed import channel as keys
 from dplint.runtime.distributed.analysis import _ranks as listed
 from dplint.runtime.distributed.analysis import findings as analyse
 from dplint.finding import Finding
+from dplint.run_cli import ALL_CHECKS, DEFAULT_TIMEOUT
 from dplint.runtime.distributed.errors import LaunchError, RankFailure, finding_line
 
-DEFAULT_TIMEOUT = 30.0
 ACTIONS = ("raise", "warn")
-# Here, not in checks.py: `dplint run --help` and the pytest plugin list them without importing torch.
-ALL_CHECKS = ("collectives", "samplers", "sharding", "divergence", "checkpoints", "unused-parameters")
 # A failed rank's peers get this long to notice (a closed connection, a peer that ended) before they are stopped.
 _GRACE = 5.0
 _POLL = 0.02

@@ -1,4 +1,8 @@
-"""`dplint run`: torchrun's interface, on N CPU ranks in a gloo group, with dplint's checks."""
+"""`dplint run`: torchrun's interface, on N CPU ranks in a gloo group, with dplint's checks.
+
+Outside `dplint.runtime`, whose import imports torch (seconds): the command line is read and checked,
+and `--help` answered, without torch; the runtime is imported once a run starts.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,10 @@ from typing import Any, List, Optional, Sequence, TextIO
 
 from dplint.cli import FORMATS, use_colour
 from dplint.finding import Finding
-from dplint.runtime.distributed.launcher import ALL_CHECKS, DEFAULT_TIMEOUT, run_script
+
+DEFAULT_TIMEOUT = 30.0
+# Here, not in the launcher: `dplint run --help` and the pytest plugin list them without importing torch.
+ALL_CHECKS = ("collectives", "samplers", "sharding", "divergence", "checkpoints", "unused-parameters")
 
 _CHECKS_HELP = {
     "collectives": "DPL507: each collective's op, shapes and call site, compared across the ranks",
@@ -106,6 +113,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         print(f"dplint run: error: `dplint run` needs the runtime extra: {_RUNTIME_EXTRA} ({error})", file=sys.stderr)
         return 2
+    from dplint.runtime.distributed.launcher import run_script
+
     target = ["-m", args.training_script] if args.module else [args.training_script]
     terminate = signal.signal(signal.SIGTERM, _terminated)
     try:
