@@ -12,7 +12,7 @@ import signal
 import sys
 from typing import Any, List, Optional, Sequence, TextIO
 
-from dplint.cli import FORMATS, use_colour
+from dplint.cli import FORMATS, HUMAN_FORMATS, use_colour
 from dplint.finding import Finding
 
 DEFAULT_TIMEOUT = 30.0
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         "dplint's distributed checks. NCCL runs as gloo; the GPUs are emulated, with the data on the CPU.",
         epilog=f"checks (--checks, default all):\n{listed}\n\n"
         "The findings are the linter's, in its formats (--format); a rank's own error goes to stderr with its traceback.\n"
+        "With a machine format (json, json-lines, sarif, junit, gitlab, github) and no -o, stdout holds the report\n"
+        "alone: what the script and its ranks print goes to stderr.\n"
         "torchrun's rendezvous flags (--rdzv-id, --rdzv-endpoint, --rdzv-backend, --rdzv-conf, --master-addr,\n"
         "--master-port, --node-rank, --max-restarts) are accepted and ignored: one node, dplint's own store.\n"
         "Exit status: 0 every rank joined the process group and finished with no findings, 1 findings or a\n"
@@ -118,7 +120,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     target = ["-m", args.training_script] if args.module else [args.training_script]
     terminate = signal.signal(signal.SIGTERM, _terminated)
     try:
-        outcome = run_script([*target, *args.training_script_args], args.nprocs, args.timeout, checks, args.gpus, args.devices is not None)
+        # A machine format on stdout is parsed whole: the script's own prints go to stderr, beside dplint's notes.
+        prints_to_stderr = args.format not in (None, *HUMAN_FORMATS) and not args.output_file
+        outcome = run_script(
+            [*target, *args.training_script_args], args.nprocs, args.timeout, checks, args.gpus, args.devices is not None, prints_to_stderr
+        )
     except KeyboardInterrupt:  # before the ranks started
         print("dplint run: interrupted; the ranks were stopped", file=sys.stderr)
         return 130

@@ -796,6 +796,35 @@ def test_dplint_run_writes_its_findings_in_the_linters_machine_formats(
     assert case.get("name") == "org.dplint.DPL508" and case.get("line") == str(row) and case.find("failure") is not None
 
 
+def _machine_report(output: str, chosen: str) -> Any:
+    """The report on stdout, parsed as its consumer parses it; raises when anything else is mixed in."""
+    import json
+    import xml.etree.ElementTree as ElementTree
+
+    if chosen == "junit":
+        return ElementTree.fromstring(output)
+    if chosen == "json-lines":
+        return [json.loads(line) for line in output.splitlines()]
+    if chosen == "github":
+        assert all(line.startswith("::") for line in output.splitlines()), output
+        return output
+    return json.loads(output)
+
+
+@pytest.mark.parametrize("chosen", ["json", "json-lines", "sarif", "junit", "gitlab", "github"])
+def test_a_machine_format_on_stdout_holds_the_report_alone_and_the_scripts_prints_go_to_stderr(tmp_path: Path, chosen: str) -> None:
+    (tmp_path / "chatty.py").write_text(
+        "import subprocess, sys\nimport torch.distributed as dist\n\n"
+        "dist.init_process_group('gloo')\n"
+        "print('rank', dist.get_rank(), 'says hello')\n"
+        "subprocess.run([sys.executable, '-c', 'print(\"a child says hello\")'])\n"
+    )
+    result = dplint_run("--nproc-per-node", "1", "--format", chosen, "chatty.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    _machine_report(result.stdout, chosen)
+    assert "rank 0 says hello" in result.stderr and "a child says hello" in result.stderr
+
+
 def test_a_pitfall_that_stops_the_ranks_is_a_finding_in_every_format(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -257,12 +257,14 @@ def run_script(
     checks: Optional[Iterable[str]] = None,
     gpus: Optional[int] = None,
     dataparallel: bool = False,
+    prints_to_stderr: bool = False,
 ) -> Outcome:
     """`dplint run`: run a script (or `-m` module) as `__main__` in each rank, as torchrun would.
 
     Each rank sees `gpus` emulated GPUs (None: one per rank; 0: none, CUDA hidden). `dataparallel`
     (`dplint run --devices N`): one process, as `python script.py`, its DataParallel forwards simulated
-    on the `gpus` GPUs with the DataParallel checks.
+    on the `gpus` GPUs with the DataParallel checks. `prints_to_stderr`: the ranks' standard output
+    (their children's too) goes to standard error, leaving the launcher's to the report.
     """
     from dplint.runtime.distributed.rank import run_script as run_rank
 
@@ -272,7 +274,10 @@ def run_script(
         raise ValueError(f"gpus must be a non-negative int, got {gpus!r}")
     if dataparallel and (nprocs != 1 or gpus < 1):
         raise ValueError("a DataParallel run is one process with at least one GPU")
-    settings = {"timeout": float(timeout), "checks": chosen, "launcher": os.getpid(), "gpus": gpus, "dataparallel": dataparallel}
+    settings = {
+        "timeout": float(timeout), "checks": chosen, "launcher": os.getpid(), "gpus": gpus, "dataparallel": dataparallel,
+        "prints_to_stderr": prints_to_stderr,
+    }  # fmt: skip
     outcome = _run(run_rank, (tuple(target),), nprocs, settings)
     outcome.gpus = gpus
     outcome.dataparallel = dataparallel

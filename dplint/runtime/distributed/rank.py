@@ -185,6 +185,9 @@ def run_function(environment: Dict[str, str], settings: Dict[str, Any], fn: Call
 def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Sequence[str]) -> None:
     """A rank of `dplint run`: run the script (or `-m` module) as `__main__`, as python does under torchrun."""
     _become_rank(environment, settings["launcher"])
+    if settings.get("prints_to_stderr"):
+        # At the descriptor: print(), C code and the processes the script starts all write to stderr.
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     from dplint.runtime.distributed import checks
 
     channel = _connect(settings)
