@@ -991,3 +991,23 @@ def test_an_error_hydra_catches_is_reported_at_the_users_line(tmp_path: Path, mo
     err = capsys.readouterr().err
     assert f"dplint run: rank 1 failed at {line_in(script, '# rank 1 fails')}: ValueError: no such shard\n" in err
     assert "hydra/_internal" not in err.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("files", "failing"),
+    [
+        ({"train.py": "import torch\nx = = 1\n"}, "train.py:2: SyntaxError: invalid syntax"),
+        ({"train.py": "import helper\n", "helper.py": "def f():\n    return 1\n        x = 2\n"}, "helper.py:3: IndentationError: unexpected indent"),
+    ],
+    ids=["the-script", "a-module-it-imports"],
+)
+def test_code_that_does_not_compile_is_reported_at_its_line(
+    files: Dict[str, str], failing: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # None of the file's frames ever ran: the SyntaxError itself names the file and the line.
+    monkeypatch.chdir(tmp_path)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert run_main(["--timeout", str(TIMEOUT), "train.py"]) == 1
+    said = capsys.readouterr().err  # both ranks fail; either may be first
+    assert f"dplint run: rank 0 failed at {failing}\n" in said or f"dplint run: rank 1 failed at {failing}\n" in said

@@ -50,10 +50,24 @@ def _become_rank(environment: Dict[str, str], launcher: int) -> None:
         torch.set_num_threads(int(threads))
 
 
+def _syntax_error_site(error: BaseException) -> Optional[str]:
+    """`file:line` that a SyntaxError of the user's code names: the script or a module it imports did not
+    compile, so none of its frames ran, and only the error says where."""
+    from dplint.runtime.distributed.channel import display_path
+    from dplint.runtime.origins import user_code
+
+    if isinstance(error, SyntaxError) and error.filename and error.lineno and user_code(error.filename):
+        return f"{display_path(error.filename)}:{error.lineno}"
+    return None
+
+
 def _where(error: BaseException) -> str:
     from dplint.runtime.distributed.channel import display_path
     from dplint.runtime.origins import user_code
 
+    site = _syntax_error_site(error)
+    if site is not None:
+        return site
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         if user_code(frame.filename):
             return f"{display_path(frame.filename)}:{frame.lineno}"
@@ -113,10 +127,12 @@ def _publish_failure(channel: Any, error: BaseException) -> None:
 
     pitfall = error if isinstance(error, DistributedPitfall) else None
     where = pitfall.where if pitfall else _where(error)
+    # A SyntaxError's text ends with its file and line, "(train.py, line 2)": `where` says them already.
+    text = error.msg if _syntax_error_site(error) and error.msg else str(error).strip()  # type: ignore[attr-defined]
     failure = RankFailure(
         rank=channel.rank,
         kind=type(error).__name__,
-        message=str(error).strip().splitlines()[0] if str(error).strip() else "",
+        message=text.splitlines()[0] if text else "",
         where=where,
         traceback="".join(traceback.format_exception(type(error), error, error.__traceback__)),
         code=pitfall.code if pitfall else None,
