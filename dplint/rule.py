@@ -90,7 +90,7 @@ class Rule:
     preview_reason: ClassVar[str] = ""
     # Checked only at runtime, by `dplint.runtime` (the pytest plugin); there is nothing to lint statically.
     runtime_only: ClassVar[bool] = False
-    # A file whose text matches none of the enabled rules' triggers is never parsed.
+    # A file whose text matches none of the enabled rules' triggers is never parsed by libcst.
     triggers: ClassVar[Optional[Union["re.Pattern[str]", "GuardedPattern"]]] = None
     # What the text must also show for the rule to find anything (e.g. that it uses torch.distributed).
     requires: ClassVar[Optional[Union["re.Pattern[str]", "GuardedPattern"]]] = None

@@ -256,6 +256,16 @@ def test_syntax_error_names_its_line(tmp_path):
     assert line.startswith("bad.py:3:") and "syntax error" in line
 
 
+def test_a_file_that_does_not_parse_never_passes_though_no_rule_looks_at_it(tmp_path):
+    # None of the rules' trigger words: no rule needs its tree, yet it was not checked.
+    write(tmp_path, "bad.py", "import os\ndef f(:\n    pass\n")
+    for run in ("cold", "from the cache"):
+        result = dplint(".", cwd=tmp_path)
+        assert result.returncode == 1, run
+        [line] = finding_lines(result.stdout)
+        assert line.startswith("bad.py:2:") and " DPL000 syntax error: " in line, (run, line)
+
+
 def test_missing_and_unreadable_paths(tmp_path):
     write(tmp_path, "good.py", DISCARDED)
     locked = write(tmp_path, "locked.py", DISCARDED)
