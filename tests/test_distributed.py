@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 import torch
@@ -48,10 +48,18 @@ def line_in(program: Path, text: str) -> str:
     return f"{program}:{number}"
 
 
-def spot_in(program: Path, text: str) -> str:
-    """`path:N:C` of the first line of a program holding `text`, C its first non-blank column: a runtime finding's place."""
+def spot_in(program: Path, text: str, expression: Optional[str] = None) -> str:
+    """`path:N:C` of the first line of a program holding `text`, C where `expression` (default: `text`) starts
+    on it: a runtime finding's place is the start of the call it is about, as a static finding's is."""
     number, line = next((n, line) for n, line in enumerate(program.read_text().splitlines(), 1) if text in line)
-    return f"{program}:{number}:{len(line) - len(line.lstrip()) + 1}"
+    return f"{program}:{number}:{line.index(expression or text) + 1}"
+
+
+def spot_of(marker: str, expression: str) -> str:
+    """`path:N:C` of the line of this file carrying `# <marker>`, C where `expression` starts on it."""
+    place = line_of(marker)
+    number = int(place.rsplit(":", 1)[1])
+    return f"{place}:{SOURCE.splitlines()[number - 1].index(expression) + 1}"
 
 
 def place(finding: Finding) -> str:
@@ -207,8 +215,8 @@ def test_warn_action_returns_results_and_warns(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("pitfall", "code", "where", "words"),
     [
-        ("unsharded", "DPL503", "unsharded loader", "same samples"),
-        ("seed_per_rank", "DPL513", "sampler", "`seed` differs between ranks (0 on rank 0, 1 on rank 1)"),
+        ("unsharded", "DPL503", "unsharded loader", "the same first batch"),
+        ("seed_per_rank", "DPL513", "sampler", "seed differs between ranks (0 on rank 0, 1 on rank 1)"),
     ],
 )
 def test_unsharded_or_inconsistent_samplers_are_found(tmp_path: Path, pitfall: str, code: str, where: str, words: str) -> None:
@@ -223,7 +231,7 @@ def test_parameters_changed_on_one_rank_after_wrapping_are_named_as_the_cause(tm
         launch(train, ("load_on_rank_zero",), tmp_path, nprocs=2, timeout=TIMEOUT)
     [finding] = caught.value.findings
     assert finding.code == "DPL511" and place(finding) == line_of("load after wrap")
-    assert "load_state_dict() after wrapping in DDP on rank 0 only" in finding.message
+    assert "`load_state_dict()` runs on rank 0 only after the DDP wrap: ranks keep different weights" in finding.message
     assert "after optimizer step 1" in finding.message
 
 
@@ -231,7 +239,7 @@ def test_unused_parameters_are_named() -> None:
     with pytest.raises(LaunchError) as caught:
         launch(unused_parameter, nprocs=2, timeout=TIMEOUT)
     failure = caught.value.failure
-    assert failure is not None and failure.code == "DPL521" and failure.where == line_of("unused parameters")
+    assert failure is not None and failure.code == "DPL521" and failure.where == spot_of("unused parameters", "DDP(")
     assert "`unused.weight`, `unused.bias`" in failure.message and "find_unused_parameters=True" in failure.message
 
 
@@ -312,7 +320,7 @@ def test_dplint_run_finds_the_runtime_pitfalls_of_a_multi_file_torchrun_project(
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(": ", 1)[1].split()[0] for line in lines] == ["DPL501", "DPL504", "DPL505"]
-    assert lines[0].startswith(f"{PROJECT / 'data.py'}:13:5: DPL501")
+    assert lines[0].startswith(f"{PROJECT / 'data.py'}:13:15: DPL501")
     assert lines[2].startswith(f"{script}:36:5: DPL505") and "`ckpt.pt`" in lines[2]
     assert result.stderr.count("backend 'nccl' runs as 'gloo' on CPU") == 1
 
@@ -330,14 +338,14 @@ def test_dplint_run_runs_the_corrected_project_to_the_end_with_no_findings(
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
-def static_findings(project: Path) -> Set[Tuple[str, int, str]]:
-    """(file name, line, code) of each finding in the project's expected-output files."""
-    found = set()
+def static_findings(project: Path) -> Dict[Tuple[str, str], str]:
+    """The message of each finding in the project's expected-output files, by (`file:line:column`, code)."""
+    found = {}
     for expected in project.glob("*.txt"):
         for line in expected.read_text().splitlines():
-            location, code = line.split(" ")[:2]
-            path, row = location.split(":")[:2]
-            found.add((Path(path).name, int(row), code))
+            location, code, message = line.split(" ", 2)
+            path, row, column = location.split(":")[:3]
+            found[(f"{Path(path).name}:{row}:{column}", code)] = message
     return found
 
 
@@ -347,22 +355,61 @@ def test_dplint_run_on_the_ddp_fixture_confirms_its_static_findings_and_the_fixe
     # The static rules' fixture project runs as written under `dplint run`; the ranks show the same pitfalls.
     monkeypatch.chdir(FIXTURES / "ddp_project")
     assert run_main(["--timeout", str(TIMEOUT), "train.py", "--epochs", "2", "--out-dir", str(tmp_path)]) == 1
-    runtime = [(":".join(line.split(":")[:2]), line.split(" ")[1]) for line in capsys.readouterr().out.splitlines()]
-    assert runtime == [
-        ("data.py:25", "DPL501"),
-        ("data.py:25", "DPL513"),
-        ("data.py:27", "DPL503"),
-        ("replay.py:11", "DPL503"),
-        ("engine.py:25", "DPL504"),
-        ("train.py:68", "DPL505"),
-        ("engine.py:13", "DPL508"),  # `torch.device("cuda")` without set_device: GPU 0 on every rank
+    runtime = [line.split(": ", 1) for line in capsys.readouterr().out.splitlines()]
+    assert [(spot, said.split()[0]) for spot, said in runtime] == [
+        ("data.py:25:21", "DPL501"),
+        ("data.py:25:56", "DPL513"),
+        ("data.py:27:20", "DPL503"),
+        ("replay.py:11:12", "DPL503"),
+        ("engine.py:25:26", "DPL504"),
+        ("train.py:68:9", "DPL505"),
+        ("engine.py:13:26", "DPL508"),  # `torch.device("cuda")` without set_device: GPU 0 on every rank
     ]
-    confirmed = {("data.py", 25, "DPL513"), ("replay.py", 11, "DPL503"), ("engine.py", 25, "DPL504"), ("train.py", 68, "DPL505")}
-    assert confirmed <= static_findings(FIXTURES / "ddp_project")
     monkeypatch.chdir(FIXTURES / "ddp_project_fixed")
     assert run_main(["--timeout", str(TIMEOUT), "train.py", "--epochs", "2", "--out-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().err.endswith("dplint run: 2 ranks finished; no distributed pitfalls found\n")
     assert not static_findings(FIXTURES / "ddp_project_fixed")
+
+
+# What a runtime finding and the static finding of the same code both say.
+SAID_ALIKE = {
+    "DPL501": "every epoch has the same order",
+    "DPL503": "every DDP rank iterates the same data",
+    "DPL504": "gradients are not averaged",
+    "DPL505": "the writes race and can corrupt the file",
+    "DPL512": "`dist.all_reduce` works in place and returns `None` here",
+    "DPL513": "ranks shuffle differently and overlap",
+}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "confirmed"),
+    [
+        (["--epochs", "2"], [("data.py:25:21", "DPL501"), ("data.py:25:56", "DPL513"), ("replay.py:11:12", "DPL503"),
+                             ("engine.py:25:26", "DPL504"), ("train.py:68:9", "DPL505")]),
+        (["--epochs", "1", "--eval-on-rank0"], [("train.py:67:17", "DPL507")]),
+        (["--epochs", "1", "--log-global-loss"], [("dist_utils.py:19:13", "DPL512")]),
+    ],
+    ids=["two-epochs", "rank-0-barrier", "collective-result"],
+)  # fmt: skip
+def test_the_ranks_report_a_static_finding_at_its_place_and_in_its_words(
+    arguments: List[str], confirmed: List[Tuple[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # The start of the same expression, and a sentence as the static rule writes it: capitalised, its consequence alike.
+    import json
+
+    monkeypatch.chdir(FIXTURES / "ddp_project")
+    assert run_main(["--timeout", str(TIMEOUT), "--format", "json", "train.py", "--out-dir", str(tmp_path), *arguments]) == 1
+    runtime = {(f"{f['filename'].rsplit('/', 1)[1]}:{f['location']['row']}:{f['location']['column']}", f["code"]): f["message"]
+               for f in json.loads(capsys.readouterr().out)}  # fmt: skip
+    static = static_findings(FIXTURES / "ddp_project")
+    for place in confirmed:
+        assert place in runtime and place in static, (place, sorted(runtime))
+        message = runtime[place]
+        assert message[:1] in "`" or message[:1].isupper(), message
+        assert message.endswith("."), message
+        alike = SAID_ALIKE.get(place[1])
+        assert alike is None or (alike in message and alike in static[place]), (message, static[place])
 
 
 @pytest.mark.parametrize(
@@ -400,8 +447,8 @@ def test_marked_test_fails_on_a_rank_conditional_barrier_naming_both_call_sites(
     assert time.monotonic() - started < 30
     result.assert_outcomes(failed=1)
     assert (
-        "DPL507 collective mismatch: rank 0 is in dist.barrier() at test_sync.py:6; "
-        "rank 1 is in dist.all_reduce(float32[3]) at test_sync.py:7"
+        "DPL507 Collective mismatch: rank 0 is in dist.barrier() at test_sync.py:6; "
+        "rank 1 is in dist.all_reduce(float32[3]) at test_sync.py:7."
     ) in result.stdout.str()
 
 
@@ -420,7 +467,7 @@ def test_a_marked_tests_failure_headline_is_its_finding_at_the_tests_own_line(py
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*_ test_save_checkpoint _*",
-        "test_checkpoint.py:5: DPL505 ranks 0 and 1 all save `last.pt`: concurrent writes can corrupt it",
+        "test_checkpoint.py:5: DPL505 Ranks 0 and 1 all save `last.pt` here: the writes race and can corrupt the file.",
         "*short test summary info*",
         "FAILED test_checkpoint.py::test_save_checkpoint - Failed: test_checkpoint.py:*",
     ])  # fmt: skip
@@ -526,7 +573,8 @@ def test_when_the_launcher_ends_every_rank_and_its_workers_end(
     out, err = launcher.communicate(timeout=30)
     assert launcher.returncode == status
     assert err.endswith(said) and "Traceback" not in err  # dplint's notes aside, nothing but the last line
-    assert out == (f"{spot_in(script, '.cuda(0)')}: DPL508 ranks 0 and 1 all put this tensor on cuda:0: they share one GPU\n" if found else "")
+    found_line = f"{spot_in(script, '.cuda(0)', 'torch.zeros')}: DPL508 Ranks 0 and 1 all put this tensor on `cuda:0`: they share one GPU.\n"
+    assert out == (found_line if found else "")
     deadline = time.monotonic() + 10  # killed at once; the kernel may take a moment to reap the orphaned workers
     while any(map(alive, pids)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -589,7 +637,7 @@ def test_a_script_that_spawns_its_ranks_runs_them_as_dplints_ranks_with_the_chec
     result = dplint_run(str(script), "--gpus", "2", "--no-set-epoch", *option, cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     [finding] = result.stdout.splitlines()
-    assert finding.startswith(f"{spot_in(script, '# train sampler')}: DPL501 ") and finding.endswith("(ranks 0 and 1)")
+    assert finding.startswith(f"{spot_in(script, '# train sampler', 'DistributedSampler(')}: DPL501 ") and finding.endswith("(ranks 0 and 1).")
     assert result.stderr.splitlines()[:3] == [
         f"dplint: {start}main_worker, nprocs=2) at {line_in(script, start)} runs main_worker(LOCAL_RANK, ...) in each of the 2 ranks",
         f"dplint: backend 'nccl' runs as 'gloo' on CPU ({line_in(script, 'init_process_group')})",
@@ -626,8 +674,8 @@ def test_two_training_epochs_in_the_same_order_are_found(tmp_path: Path, monkeyp
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--no-set-epoch", "--eval-train"]) == 1
     [finding] = capsys.readouterr().out.splitlines()
     assert finding == (
-        f"{spot_in(script, 'sampler=DistributedSampler(train_set)')}: DPL501 this shuffling DistributedSampler starts a second "
-        "training pass with its epoch still 0: without `set_epoch(epoch)` every epoch repeats the same order (ranks 0 and 1)"
+        f"{spot_in(script, 'sampler=DistributedSampler(train_set)', 'DistributedSampler(')}: DPL501 This shuffling `DistributedSampler` "
+        "starts a second training pass with its epoch still 0: every epoch has the same order (ranks 0 and 1)."
     )
 
 
@@ -640,8 +688,8 @@ def test_a_rank_zero_only_barrier_is_reported_at_once_not_after_the_timeout(tmp_
     assert time.monotonic() - started < 30  # start-up included; the timeout would be 60 s
     assert result.returncode == 1
     assert result.stdout == (
-        f"{spot_in(script, 'dist.barrier()')}: DPL507 collective mismatch: rank 0 is in dist.barrier() at "
-        f"{line_in(script, 'dist.barrier()')}; rank 1 is in DDP backward (gradient all-reduce) at {line_in(script, '.backward()')}\n"
+        f"{spot_in(script, 'dist.barrier()')}: DPL507 Collective mismatch: rank 0 is in dist.barrier() at "
+        f"{line_in(script, 'dist.barrier()')}; rank 1 is in DDP backward (gradient all-reduce) at {line_in(script, '.backward()')}.\n"
     )
     assert result.stderr == ""
 
@@ -654,9 +702,9 @@ def test_an_evaluation_forward_on_rank_zero_only_is_told_from_the_training_forwa
     script = PROGRAMS / "rank0_evaluation.py"
     assert run_main(["--timeout", str(TIMEOUT), str(script)]) == 1
     assert capsys.readouterr().out == (
-        f"{spot_in(script, '# evaluation forward')}: DPL507 collective mismatch: rank 0 is in DDP forward under no_grad "
+        f"{spot_in(script, '# evaluation forward', 'model(')}: DPL507 Collective mismatch: rank 0 is in DDP forward under no_grad "
         f"(buffer broadcast) at {line_in(script, '# evaluation forward')}; rank 1 is in DDP forward (buffer broadcast) at "
-        f"{line_in(script, '# training forward')}\n"
+        f"{line_in(script, '# training forward')}.\n"
     )
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--every-rank"]) == 0
 
@@ -727,7 +775,8 @@ def test_the_default_device_and_torch_device_as_a_context_are_emulated(
     # Without set_device, the bare "cuda" of the default device is GPU 0 on every rank.
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--no-set-device"]) == 1
     assert capsys.readouterr().out == (
-        f"{spot_in(script, 'model = DDP(nn.Linear(4, 2))')}: DPL508 ranks 0 and 1 all put this tensor on cuda:0: they share one GPU\n"
+        f"{spot_in(script, 'model = DDP(nn.Linear(4, 2))', 'nn.Linear(')}: DPL508 Ranks 0 and 1 all put this tensor on `cuda:0`: "
+        "they share one GPU.\n"
     )
 
 
@@ -782,7 +831,7 @@ def test_dplint_run_writes_its_findings_in_the_linters_machine_formats(
     assert (finding["code"], finding["name"], finding["filename"], finding["location"]["row"], finding["ranks"]) == (
         "DPL508", "missing-set-device", str(script), row, [0, 1]
     )
-    assert finding["help"] and finding["message"] == "ranks 0 and 1 all select cuda:0: they share one GPU"
+    assert finding["help"] and finding["message"] == "Ranks 0 and 1 all select `cuda:0`: they share one GPU."
 
     assert run_main(["--format", "sarif", *run]) == 1
     [result] = json.loads(capsys.readouterr().out)["runs"][0]["results"]
@@ -858,11 +907,11 @@ correct = torch.tensor([3.0])
     ("body", "expected"),
     [
         ("correct = dist.all_reduce(correct)\naccuracy = correct / 2",
-         "{script}:11:1: DPL512 `correct = dist.all_reduce(...)` sets `correct` to None; {script}:12 then raised TypeError: "
-         "unsupported operand type(s) for /: 'NoneType' and 'int'"),
+         "{script}:11:11: DPL512 `dist.all_reduce` works in place and returns `None` here; `correct` holds that `None` at "
+         "{script}:12, which raised TypeError: unsupported operand type(s) for /: 'NoneType' and 'int'."),
         ("print(mean(correct))",
-         "{script}:6:5: DPL512 `dist.all_reduce(...)` returns None, which this line uses: TypeError: "
-         "unsupported operand type(s) for /: 'NoneType' and 'int'"),
+         "{script}:6:12: DPL512 `dist.all_reduce` works in place and returns `None` here; this line uses that `None`: TypeError: "
+         "unsupported operand type(s) for /: 'NoneType' and 'int'."),
     ],
     ids=["assigned", "used-in-its-line"],
 )
@@ -907,7 +956,7 @@ def test_every_rank_on_gpu_zero_is_found_where_it_selects_the_gpu(
     script = PROGRAMS / "torchrun_tutorial.py"
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--legacy-local-rank"]) == 1
     assert capsys.readouterr().out == (
-        f"{spot_in(script, 'torch.cuda.set_device(local_rank)')}: DPL508 ranks 0 and 1 all select cuda:0: they share one GPU\n"
+        f"{spot_in(script, 'torch.cuda.set_device(local_rank)')}: DPL508 Ranks 0 and 1 all select `cuda:0`: they share one GPU.\n"
     )
 
 
@@ -921,7 +970,8 @@ def test_every_rank_resuming_onto_gpu_zero_is_found_at_its_load(
     capsys.readouterr()
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--epochs", "1", "--resume", "first.pt", "--resume-on", "gpu0"]) == 1
     assert capsys.readouterr().out == (
-        f"{spot_in(script, '# every rank onto GPU 0')}: DPL506 ranks 0 and 1 all load this checkpoint onto cuda:0\n"
+        f"{spot_in(script, '# every rank onto GPU 0', 'torch.load(')}: DPL506 Ranks 0 and 1 all load this checkpoint onto `cuda:0`: "
+        "they share one GPU.\n"
     )
 
 
@@ -929,21 +979,21 @@ def test_every_rank_resuming_onto_gpu_zero_is_found_at_its_load(
     ("name", "arguments", "failing_line", "found"),
     [
         # The bare "cuda" without set_device is GPU 0 on every rank; DDP moves rank 1's batch to its device_ids, cuda:1.
-        ("nanogpt_style.py", ["--device", "cuda"], "logits, loss = model(X, Y)", ("model.to(device)", "put this model on")),
+        ("nanogpt_style.py", ["--device", "cuda"], "logits, loss = model(X, Y)", ("model.to(device)", "model.to(device)", "put this model on")),
         # The unwrapped model of rank 1 is on cuda:1; its evaluation batch on cuda:0.
-        ("accelerator_style.py", ["--eval-device", "cuda:0"], "ddp_model.module(batch)", ("batch = torch.randn", "put this tensor on")),
+        ("accelerator_style.py", ["--eval-device", "cuda:0"], "ddp_model.module(batch)", ("batch = torch.randn", "torch.randn", "put this tensor on")),
     ],
     ids=["model-on-gpu0-behind-ddp", "batch-on-gpu0"],
 )
 def test_tensors_of_two_gpus_meeting_raise_as_torch_does(
-    name: str, arguments: List[str], failing_line: str, found: Tuple[str, str],
+    name: str, arguments: List[str], failing_line: str, found: Tuple[str, str, str],
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
 ) -> None:  # fmt: skip
     monkeypatch.chdir(tmp_path)
     script = PROGRAMS / name
     assert run_main(["--timeout", str(TIMEOUT), str(script), *arguments]) == 1
     captured = capsys.readouterr()
-    assert captured.out == f"{spot_in(script, found[0])}: DPL508 ranks 0 and 1 all {found[1]} cuda:0: they share one GPU\n"
+    assert captured.out == f"{spot_in(script, found[0], found[1])}: DPL508 Ranks 0 and 1 all {found[2]} `cuda:0`: they share one GPU.\n"
     assert captured.err.startswith(
         f"dplint run: rank 1 failed at {line_in(script, failing_line)}: RuntimeError: Expected all tensors to be on the same "
         "device, but found at least two devices, cuda:"
@@ -956,7 +1006,7 @@ def test_a_script_that_spawns_one_process_per_emulated_gpu_runs_them_with_the_ch
     monkeypatch.chdir(tmp_path)
     script = PROGRAMS / "spawn_workers.py"
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--no-set-epoch", "--epochs", "2"]) == 1
-    assert capsys.readouterr().out.startswith(f"{spot_in(script, '# train sampler')}: DPL501 ")
+    assert capsys.readouterr().out.startswith(f"{spot_in(script, '# train sampler', 'DistributedSampler(')}: DPL501 ")
 
 
 def test_an_error_a_wrapper_catches_before_exiting_is_reported_at_the_users_line(

@@ -122,7 +122,7 @@ def _launcher_gone(talk: Callable[[], Any]) -> Any:
 
 
 def _publish_failure(channel: Any, error: BaseException) -> None:
-    from dplint.runtime.distributed.channel import error_key, state_key
+    from dplint.runtime.distributed.channel import error_key, site_of, state_key
     from dplint.runtime.distributed.errors import DistributedPitfall, RankFailure
 
     pitfall = error if isinstance(error, DistributedPitfall) else None
@@ -146,7 +146,7 @@ def _publish_failure(channel: Any, error: BaseException) -> None:
         if finding is not None:
             failure.where = where = f"{finding.path}:{finding.location.row}"
     said = f"{failure.code} {failure.message}" if failure.code else failure.message
-    channel.store.set(state_key(channel.rank), f"failed at {where}: {failure.kind}: {said}")
+    channel.store.set(state_key(channel.rank), f"failed at {site_of(where)}: {failure.kind}: {said}")
     channel.store.set(error_key(channel.rank), json.dumps(asdict(failure)))
 
 
