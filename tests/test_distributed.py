@@ -803,6 +803,19 @@ def test_a_dataparallel_scripts_batch_dimension_bug_is_found_at_its_forward(
     assert finding.startswith("dataparallel_tutorial.fixed.py:44:5: DPL306 a batch of 10 on 8 devices splits into 5 chunks")
 
 
+def test_advice_on_a_wrapped_torch_module_is_at_the_users_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # nn.Sequential's forward is torch's: the advice goes to the line of the script that called the wrapper.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sequential.py").write_text(
+        "import torch\nfrom torch import nn\n\nmodel = nn.DataParallel(nn.Sequential(nn.Linear(4, 2)))\noutput = model(torch.randn(8, 4))\n"
+    )
+    assert run_main(["--devices", "1", "sequential.py"]) == 1
+    [finding] = capsys.readouterr().out.splitlines()
+    assert finding.startswith("sequential.py:5:1: DPL307 ")
+
+
 def test_a_dataparallel_run_fails_where_the_gpu_node_would(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     monkeypatch.chdir(FIXTURES)
     assert run_main(["--devices", "2", "dataparallel_tutorial.py"]) == 1  # its "cuda: 0" (DPL102) is torch's error
