@@ -14,6 +14,7 @@ import pytest
 
 import dplint as dplint_package
 from dplint import __version__
+from dplint.codes import RUNTIME_ONLY_CODES
 
 DISCARDED = "import torch\nx = torch.zeros(3)\nx.to('cuda')\n"
 CLEAN = "import torch\nx = torch.zeros(3)\nx = x.to('cuda')\n"
@@ -324,6 +325,14 @@ def test_explain_and_list_rules(tmp_path):
     assert by_code["DPL306"]["checked"] == "runtime" and by_code["DPL301"]["checked"] == "static"
     assert by_code["DPL308"]["enabled_by_default"] is False and by_code["DPL304"]["enabled_by_default"] is True
     assert by_code["DPL304"]["preview"] is True and by_code["DPL101"]["preview"] is False
+
+
+@pytest.mark.parametrize("code", sorted(RUNTIME_ONLY_CODES))
+def test_explain_says_what_a_runtime_only_rule_was_checked_on(tmp_path, code):
+    # The wild sweep measures the static rules only: a runtime rule's docs say what it was run on instead.
+    explained = dplint("--explain", code, cwd=tmp_path).stdout
+    [line] = [line for line in explained.splitlines() if line.startswith("Checked on: ")]
+    assert len(line) > len("Checked on: ") + 40 and "Precision in the wild" not in explained
 
 
 def test_explain_accepts_the_rule_name(tmp_path):

@@ -133,6 +133,19 @@ def unused_parameter() -> None:
         model(torch.ones(1, 2)).sum().backward()
 
 
+def noise_outside_the_optimizer() -> None:
+    torch.manual_seed(dist.get_rank())  # a seed per rank: each rank draws its own noise
+    net = nn.Linear(4, 2)
+    model = DDP(net)  # replicas diverge
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        optimizer.zero_grad()
+        model(torch.ones(8, 4)).sum().backward()
+        optimizer.step()
+        for parameter in net.parameters():  # a per-rank update outside DDP's gradient sync
+            parameter.data.add_(torch.randn_like(parameter) * 1e-3)
+
+
 def failing_rank() -> None:
     if dist.get_rank() == 1:
         raise ValueError("no such shard")  # rank 1 fails
@@ -241,6 +254,15 @@ def test_unused_parameters_are_named() -> None:
     failure = caught.value.failure
     assert failure is not None and failure.code == "DPL521" and failure.where == spot_of("unused parameters", "DDP(")
     assert "`unused.weight`, `unused.bias`" in failure.message and "find_unused_parameters=True" in failure.message
+
+
+def test_parameters_changed_outside_ddp_are_found_at_the_wrap() -> None:
+    # DPL520's example: no forward through `.module`, no change after the wrap that DDP sees; the replicas still differ.
+    with pytest.raises(LaunchError) as caught:
+        launch(noise_outside_the_optimizer, nprocs=2, timeout=TIMEOUT)
+    [finding] = caught.value.findings
+    assert finding.code == "DPL520" and f"{finding.path}:{finding.location.row}:{finding.location.column}" == spot_of("replicas diverge", "DDP(")
+    assert finding.message.startswith("`weight`, `bias` differ between the replicas after optimizer step 2: ")
 
 
 def test_a_failed_rank_is_reported_with_what_the_others_were_doing() -> None:
