@@ -98,7 +98,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv[:1] == ["server"]:
         return serve(argv[1:])
     if argv[:1] == ["run"]:  # `dplint run --nproc-per-node N script.py`: the distributed runtime
-        from dplint.runtime.distributed.cli import main as run_main
+        from dplint.run_cli import main as run_main
 
         return run_main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import json
 import os
 import re
 import sys
@@ -37,6 +38,7 @@ DEFAULT_EXCLUDE = (
     "_build", "buck-out", "build", "dist", "node_modules", "site-packages", "*.egg-info",
 )
 KEYS = ("select", "ignore", "extend-select", "per-file-ignores", "exclude", "extend-exclude", "preview")
+LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude")
 PREVIEW_HINT = "it runs only with --preview (or preview = true in [tool.dplint])"
 
 
@@ -187,10 +189,39 @@ def read_table(pyproject: Path) -> Dict[str, Any]:
         raise ConfigError(
             f"{pyproject}: unknown key(s) in [tool.dplint]: {', '.join(unknown)}; the keys are {', '.join(KEYS)}."
         )
+    _check_types(table, pyproject)
     return table
 
 
+def _check_types(table: Dict[str, Any], pyproject: Path) -> None:
+    """Each value of `[tool.dplint]` has its key's TOML type (Ruff's rule): a string where a list belongs
+    (`select = "DPL2"`) is an error, not a comma-separated list (the command line's flags are)."""
+    if "preview" in table and not isinstance(table["preview"], bool):
+        raise ConfigError(f"{pyproject}: `preview` must be true or false, not {_kind(table['preview'])}.")
+    lists = [(f"`{key}`", key, table[key]) for key in LIST_KEYS if key in table]
+    per_file = table.get("per-file-ignores", {})
+    if isinstance(per_file, dict):  # not a table: `_per_file_table` refuses it
+        lists += [(f"per-file-ignores `{pattern}`", json.dumps(pattern), codes) for pattern, codes in per_file.items()]
+    for where, key, value in lists:
+        if isinstance(value, str):
+            written = ", ".join(json.dumps(part.strip()) for part in value.split(",") if part.strip())
+            raise ConfigError(f"{pyproject}: {where} must be a list of strings, not a string: {key} = [{written}].")
+        if not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+            raise ConfigError(f"{pyproject}: {where} must be a list of strings, not {_kind(value)}.")
+
+
+def _kind(value: Any) -> str:
+    """A TOML value's type, as the user wrote it."""
+    if isinstance(value, list):  # of strings it is the right type: one item is not
+        return f"a list holding {_kind(next(item for item in value if not isinstance(item, str)))}"
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"), (dict, "a table")):
+        if isinstance(value, kind):
+            return name
+    return "a date or time"
+
+
 def _string_list(value: Any, where: str) -> List[str]:
+    # A string is a command-line flag's (or an editor's) comma-separated value: `read_table` refused the file's.
     if isinstance(value, str):
         return [part for part in value.split(",") if part.strip()]
     if isinstance(value, list) and all(isinstance(item, str) for item in value):

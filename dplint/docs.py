@@ -120,8 +120,7 @@ def explain(rule: Type[Rule], level: int = 1) -> str:
     tier_line = "Tier: preview — runs only with --preview." if rule.preview else "Tier: stable."
     if rule.preview and rule.preview_reason:
         tier_line += f" {rule.preview_reason}"
-    if not rule.runtime_only:
-        tier_line += f"\n\n{_measurement(rule.code)}"
+    tier_line += f"\n\nChecked on: {rule.checked_on}" if rule.runtime_only else f"\n\n{_measurement(rule.code)}"
     parts = [
         f"{'#' * level} {rule.code}: {rule.name}",
         "",

@@ -34,7 +34,7 @@ def _positive_number(value: Any) -> bool:
 
 
 def _check_names(value: Any) -> bool:
-    from dplint.runtime.distributed.launcher import ALL_CHECKS
+    from dplint.run_cli import ALL_CHECKS
 
     return isinstance(value, (list, tuple)) and all(name in ALL_CHECKS for name in value)
 

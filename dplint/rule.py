@@ -91,7 +91,10 @@ class Rule:
     preview_reason: ClassVar[str] = ""
     # Checked only at runtime, by `dplint.runtime` (the pytest plugin); there is nothing to lint statically.
     runtime_only: ClassVar[bool] = False
-    # A file whose text matches none of the enabled rules' triggers is never parsed.
+    # For a runtime-only rule, which the wild sweep cannot measure: the scripts it was run on, what it
+    # found there and how much of it was false, or that nothing was measured (`--explain` prints it).
+    checked_on: ClassVar[str] = ""
+    # A file whose text matches none of the enabled rules' triggers is never parsed by libcst.
     triggers: ClassVar[Optional[Union["re.Pattern[str]", "GuardedPattern"]]] = None
     # What the text must also show for the rule to find anything (e.g. that it uses torch.distributed).
     requires: ClassVar[Optional[Union["re.Pattern[str]", "GuardedPattern"]]] = None

@@ -29,9 +29,9 @@ class ParseError(Rule):
     project uses.
 
     ## Known problems
-    For speed, dplint parses only files whose text can contain a finding (a cheap text prefilter runs
-    first), so a syntax error in a file that mentions none of the rules' trigger words is not reported;
-    use a general linter (Ruff, pyflakes) for syntax checks. This code cannot be selected or ignored.
+    Every file checked is parsed by CPython, also one that mentions none of the rules' trigger words
+    (only libcst's slower parse is skipped there), so a syntax error is reported wherever it is. dplint
+    is not a general linter: use Ruff or pyflakes for the rest. This code cannot be selected or ignored.
     """
 
     code = "DPL000"

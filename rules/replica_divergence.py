@@ -19,6 +19,7 @@ class ReplicaDivergence(Rule):
 
     ## Example
     ```python
+    torch.manual_seed(rank)  # a seed per rank (for augmentation, say)
     model = DDP(net)
     for p in net.parameters():  # a per-rank update outside DDP's gradient sync
         p.data.add_(torch.randn_like(p) * 1e-3)
@@ -26,8 +27,8 @@ class ReplicaDivergence(Rule):
 
     ## Use instead
     ```python
-    model = DDP(net)
     torch.manual_seed(0)  # the same noise on every rank, or no update outside the optimizer
+    model = DDP(net)
     ```
 
     ## Known problems
@@ -39,3 +40,10 @@ class ReplicaDivergence(Rule):
     name = "replica-divergence"
     summary = "DDP replicas hold different parameters after an optimizer step."
     runtime_only = True
+    checked_on = (
+        '`dplint run` on the 17 DDP programs of `tests/distributed_programs/` and `fixtures/` (29 runs with '
+        'their options; all written for dplint, after the torchrun tutorial, pytorch/examples, nanoGPT and '
+        'the ImageNet example): no finding; where replicas diverged (2 programs), a forward through `.module` '
+        "caused it, reported as DPL504, rightly. The rule's example is found (`tests/test_distributed.py`). "
+        "No repository's own script has been run."
+    )

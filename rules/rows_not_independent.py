@@ -46,3 +46,8 @@ class BatchRowsNotIndependent(Rule):
     name = "batch-rows-not-independent"
     summary = "The rows DataParallel splits are not independent samples: chunked and whole-batch outputs differ."
     runtime_only = True
+    checked_on = (
+        'nothing measured on scripts: `dplint run` leaves it off, and no script has been run under the pytest '
+        "plugin. Only the test suite's own modules (`tests/test_runtime.py`, `tests/test_pytest_plugin.py`: a "
+        'time-major TransformerEncoder, BatchNorm in training, independent rows, dropout).'
+    )

@@ -33,3 +33,10 @@ class SingleDeviceDataParallel(Rule):
     summary = "DataParallel over a single device adds overhead and no parallelism."
     severity = "warning"
     runtime_only = True
+    checked_on = (
+        '`dplint run --devices 1` on the 19 DataParallel scripts of `fixtures/` (the PyTorch "Optional: Data '
+        'Parallelism" tutorial as published and its fixed twin; the others written for dplint\'s static rules, '
+        'after research code): 9 findings in the 5 scripts that wrap in DataParallel whatever the GPU count, '
+        "all true, none false; the others wrap only on several GPUs and were silent. No repository's own "
+        'script has been run.'
+    )

@@ -34,3 +34,10 @@ class UnevenBatch(Rule):
     summary = "A DataParallel batch splits into fewer chunks than devices, leaving devices idle."
     severity = "warning"
     runtime_only = True
+    checked_on = (
+        '`dplint run --devices 2` and `--devices 8` on the 19 DataParallel scripts of `fixtures/` (the '
+        'PyTorch "Optional: Data Parallelism" tutorial as published and its fixed twin; the others written '
+        "for dplint's static rules, after research code): with 8 devices, 6 findings in 5 scripts (the "
+        "tutorial's last batch of 10; batches of 4 and 6 in the others), all true, none false; with 2 "
+        "devices, none. No repository's own script has been run."
+    )

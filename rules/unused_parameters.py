@@ -38,3 +38,9 @@ class UnusedParameters(Rule):
     name = "unused-parameters"
     summary = "Parameters of a DDP model got no gradient, which stops DDP at the next iteration."
     runtime_only = True
+    checked_on = (
+        '`dplint run` on the 17 DDP programs of `tests/distributed_programs/` and `fixtures/` (29 runs with '
+        'their options; all written for dplint, after the torchrun tutorial, pytorch/examples, nanoGPT and '
+        "the ImageNet example): no finding. The rule's example is found (`tests/test_distributed.py`). No "
+        "repository's own script has been run."
+    )

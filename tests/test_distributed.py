@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 import torch
@@ -26,7 +26,7 @@ from dplint.finding import Finding
 from dplint.runtime.distributed import LaunchError, launch
 from dplint.runtime.distributed.analysis import findings as analyse
 from dplint.runtime.distributed.channel import display_path
-from dplint.runtime.distributed.cli import main as run_main
+from dplint.run_cli import main as run_main
 
 PROGRAMS = Path(__file__).parent / "distributed_programs"
 PROJECT = PROGRAMS / "project"
@@ -48,10 +48,18 @@ def line_in(program: Path, text: str) -> str:
     return f"{program}:{number}"
 
 
-def spot_in(program: Path, text: str) -> str:
-    """`path:N:C` of the first line of a program holding `text`, C its first non-blank column: a runtime finding's place."""
+def spot_in(program: Path, text: str, expression: Optional[str] = None) -> str:
+    """`path:N:C` of the first line of a program holding `text`, C where `expression` (default: `text`) starts
+    on it: a runtime finding's place is the start of the call it is about, as a static finding's is."""
     number, line = next((n, line) for n, line in enumerate(program.read_text().splitlines(), 1) if text in line)
-    return f"{program}:{number}:{len(line) - len(line.lstrip()) + 1}"
+    return f"{program}:{number}:{line.index(expression or text) + 1}"
+
+
+def spot_of(marker: str, expression: str) -> str:
+    """`path:N:C` of the line of this file carrying `# <marker>`, C where `expression` starts on it."""
+    place = line_of(marker)
+    number = int(place.rsplit(":", 1)[1])
+    return f"{place}:{SOURCE.splitlines()[number - 1].index(expression) + 1}"
 
 
 def place(finding: Finding) -> str:
@@ -123,6 +131,19 @@ def unused_parameter() -> None:
     model = DDP(TwoHeads())  # unused parameters
     for _ in range(2):
         model(torch.ones(1, 2)).sum().backward()
+
+
+def noise_outside_the_optimizer() -> None:
+    torch.manual_seed(dist.get_rank())  # a seed per rank: each rank draws its own noise
+    net = nn.Linear(4, 2)
+    model = DDP(net)  # replicas diverge
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        optimizer.zero_grad()
+        model(torch.ones(8, 4)).sum().backward()
+        optimizer.step()
+        for parameter in net.parameters():  # a per-rank update outside DDP's gradient sync
+            parameter.data.add_(torch.randn_like(parameter) * 1e-3)
 
 
 def failing_rank() -> None:
@@ -207,8 +228,8 @@ def test_warn_action_returns_results_and_warns(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("pitfall", "code", "where", "words"),
     [
-        ("unsharded", "DPL503", "unsharded loader", "same samples"),
-        ("seed_per_rank", "DPL513", "sampler", "`seed` differs between ranks (0 on rank 0, 1 on rank 1)"),
+        ("unsharded", "DPL503", "unsharded loader", "the same first batch"),
+        ("seed_per_rank", "DPL513", "sampler", "seed differs between ranks (0 on rank 0, 1 on rank 1)"),
     ],
 )
 def test_unsharded_or_inconsistent_samplers_are_found(tmp_path: Path, pitfall: str, code: str, where: str, words: str) -> None:
@@ -223,7 +244,7 @@ def test_parameters_changed_on_one_rank_after_wrapping_are_named_as_the_cause(tm
         launch(train, ("load_on_rank_zero",), tmp_path, nprocs=2, timeout=TIMEOUT)
     [finding] = caught.value.findings
     assert finding.code == "DPL511" and place(finding) == line_of("load after wrap")
-    assert "load_state_dict() after wrapping in DDP on rank 0 only" in finding.message
+    assert "`load_state_dict()` runs on rank 0 only after the DDP wrap: ranks keep different weights" in finding.message
     assert "after optimizer step 1" in finding.message
 
 
@@ -231,8 +252,17 @@ def test_unused_parameters_are_named() -> None:
     with pytest.raises(LaunchError) as caught:
         launch(unused_parameter, nprocs=2, timeout=TIMEOUT)
     failure = caught.value.failure
-    assert failure is not None and failure.code == "DPL521" and failure.where == line_of("unused parameters")
+    assert failure is not None and failure.code == "DPL521" and failure.where == spot_of("unused parameters", "DDP(")
     assert "`unused.weight`, `unused.bias`" in failure.message and "find_unused_parameters=True" in failure.message
+
+
+def test_parameters_changed_outside_ddp_are_found_at_the_wrap() -> None:
+    # DPL520's example: no forward through `.module`, no change after the wrap that DDP sees; the replicas still differ.
+    with pytest.raises(LaunchError) as caught:
+        launch(noise_outside_the_optimizer, nprocs=2, timeout=TIMEOUT)
+    [finding] = caught.value.findings
+    assert finding.code == "DPL520" and f"{finding.path}:{finding.location.row}:{finding.location.column}" == spot_of("replicas diverge", "DDP(")
+    assert finding.message.startswith("`weight`, `bias` differ between the replicas after optimizer step 2: ")
 
 
 def test_a_failed_rank_is_reported_with_what_the_others_were_doing() -> None:
@@ -312,7 +342,7 @@ def test_dplint_run_finds_the_runtime_pitfalls_of_a_multi_file_torchrun_project(
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(": ", 1)[1].split()[0] for line in lines] == ["DPL501", "DPL504", "DPL505"]
-    assert lines[0].startswith(f"{PROJECT / 'data.py'}:13:5: DPL501")
+    assert lines[0].startswith(f"{PROJECT / 'data.py'}:13:15: DPL501")
     assert lines[2].startswith(f"{script}:36:5: DPL505") and "`ckpt.pt`" in lines[2]
     assert result.stderr.count("backend 'nccl' runs as 'gloo' on CPU") == 1
 
@@ -330,14 +360,14 @@ def test_dplint_run_runs_the_corrected_project_to_the_end_with_no_findings(
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
-def static_findings(project: Path) -> Set[Tuple[str, int, str]]:
-    """(file name, line, code) of each finding in the project's expected-output files."""
-    found = set()
+def static_findings(project: Path) -> Dict[Tuple[str, str], str]:
+    """The message of each finding in the project's expected-output files, by (`file:line:column`, code)."""
+    found = {}
     for expected in project.glob("*.txt"):
         for line in expected.read_text().splitlines():
-            location, code = line.split(" ")[:2]
-            path, row = location.split(":")[:2]
-            found.add((Path(path).name, int(row), code))
+            location, code, message = line.split(" ", 2)
+            path, row, column = location.split(":")[:3]
+            found[(f"{Path(path).name}:{row}:{column}", code)] = message
     return found
 
 
@@ -347,22 +377,61 @@ def test_dplint_run_on_the_ddp_fixture_confirms_its_static_findings_and_the_fixe
     # The static rules' fixture project runs as written under `dplint run`; the ranks show the same pitfalls.
     monkeypatch.chdir(FIXTURES / "ddp_project")
     assert run_main(["--timeout", str(TIMEOUT), "train.py", "--epochs", "2", "--out-dir", str(tmp_path)]) == 1
-    runtime = [(":".join(line.split(":")[:2]), line.split(" ")[1]) for line in capsys.readouterr().out.splitlines()]
-    assert runtime == [
-        ("data.py:25", "DPL501"),
-        ("data.py:25", "DPL513"),
-        ("data.py:27", "DPL503"),
-        ("replay.py:11", "DPL503"),
-        ("engine.py:25", "DPL504"),
-        ("train.py:68", "DPL505"),
-        ("engine.py:13", "DPL508"),  # `torch.device("cuda")` without set_device: GPU 0 on every rank
+    runtime = [line.split(": ", 1) for line in capsys.readouterr().out.splitlines()]
+    assert [(spot, said.split()[0]) for spot, said in runtime] == [
+        ("data.py:25:21", "DPL501"),
+        ("data.py:25:56", "DPL513"),
+        ("data.py:27:20", "DPL503"),
+        ("replay.py:11:12", "DPL503"),
+        ("engine.py:25:26", "DPL504"),
+        ("train.py:68:9", "DPL505"),
+        ("engine.py:13:26", "DPL508"),  # `torch.device("cuda")` without set_device: GPU 0 on every rank
     ]
-    confirmed = {("data.py", 25, "DPL513"), ("replay.py", 11, "DPL503"), ("engine.py", 25, "DPL504"), ("train.py", 68, "DPL505")}
-    assert confirmed <= static_findings(FIXTURES / "ddp_project")
     monkeypatch.chdir(FIXTURES / "ddp_project_fixed")
     assert run_main(["--timeout", str(TIMEOUT), "train.py", "--epochs", "2", "--out-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().err.endswith("dplint run: 2 ranks finished; no distributed pitfalls found\n")
     assert not static_findings(FIXTURES / "ddp_project_fixed")
+
+
+# What a runtime finding and the static finding of the same code both say.
+SAID_ALIKE = {
+    "DPL501": "every epoch has the same order",
+    "DPL503": "every DDP rank iterates the same data",
+    "DPL504": "gradients are not averaged",
+    "DPL505": "the writes race and can corrupt the file",
+    "DPL512": "`dist.all_reduce` works in place and returns `None` here",
+    "DPL513": "ranks shuffle differently and overlap",
+}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "confirmed"),
+    [
+        (["--epochs", "2"], [("data.py:25:21", "DPL501"), ("data.py:25:56", "DPL513"), ("replay.py:11:12", "DPL503"),
+                             ("engine.py:25:26", "DPL504"), ("train.py:68:9", "DPL505")]),
+        (["--epochs", "1", "--eval-on-rank0"], [("train.py:67:17", "DPL507")]),
+        (["--epochs", "1", "--log-global-loss"], [("dist_utils.py:19:13", "DPL512")]),
+    ],
+    ids=["two-epochs", "rank-0-barrier", "collective-result"],
+)  # fmt: skip
+def test_the_ranks_report_a_static_finding_at_its_place_and_in_its_words(
+    arguments: List[str], confirmed: List[Tuple[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # The start of the same expression, and a sentence as the static rule writes it: capitalised, its consequence alike.
+    import json
+
+    monkeypatch.chdir(FIXTURES / "ddp_project")
+    assert run_main(["--timeout", str(TIMEOUT), "--format", "json", "train.py", "--out-dir", str(tmp_path), *arguments]) == 1
+    runtime = {(f"{f['filename'].rsplit('/', 1)[1]}:{f['location']['row']}:{f['location']['column']}", f["code"]): f["message"]
+               for f in json.loads(capsys.readouterr().out)}  # fmt: skip
+    static = static_findings(FIXTURES / "ddp_project")
+    for place in confirmed:
+        assert place in runtime and place in static, (place, sorted(runtime))
+        message = runtime[place]
+        assert message[:1] in "`" or message[:1].isupper(), message
+        assert message.endswith("."), message
+        alike = SAID_ALIKE.get(place[1])
+        assert alike is None or (alike in message and alike in static[place]), (message, static[place])
 
 
 @pytest.mark.parametrize(
@@ -400,8 +469,8 @@ def test_marked_test_fails_on_a_rank_conditional_barrier_naming_both_call_sites(
     assert time.monotonic() - started < 30
     result.assert_outcomes(failed=1)
     assert (
-        "DPL507 collective mismatch: rank 0 is in dist.barrier() at test_sync.py:6; "
-        "rank 1 is in dist.all_reduce(float32[3]) at test_sync.py:7"
+        "DPL507 Collective mismatch: rank 0 is in dist.barrier() at test_sync.py:6; "
+        "rank 1 is in dist.all_reduce(float32[3]) at test_sync.py:7."
     ) in result.stdout.str()
 
 
@@ -420,7 +489,7 @@ def test_a_marked_tests_failure_headline_is_its_finding_at_the_tests_own_line(py
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*_ test_save_checkpoint _*",
-        "test_checkpoint.py:5: DPL505 ranks 0 and 1 all save `last.pt`: concurrent writes can corrupt it",
+        "test_checkpoint.py:5: DPL505 Ranks 0 and 1 all save `last.pt` here: the writes race and can corrupt the file.",
         "*short test summary info*",
         "FAILED test_checkpoint.py::test_save_checkpoint - Failed: test_checkpoint.py:*",
     ])  # fmt: skip
@@ -461,6 +530,18 @@ def test_dplint_run_help_lists_each_check_whole_on_its_own_line(monkeypatch: pyt
     from dplint.runtime.distributed import ALL_CHECKS
 
     assert [line.split()[0] for line in lines if line.startswith("  ") and line.split()[0] in ALL_CHECKS] == list(ALL_CHECKS)
+
+
+@pytest.mark.parametrize("arguments", [["--help"], ["--checks", "telepathy", "x.py"]], ids=["help", "usage-error"])
+def test_dplint_run_reads_its_command_line_without_importing_torch(arguments: List[str]) -> None:
+    # torch takes seconds to import: only a run that starts needs it.
+    probe = (
+        "import sys, dplint.cli\n"
+        "try:\n    dplint.cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    result = subprocess.run([sys.executable, "-c", probe, "run", *arguments], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
 
 
 # ranks that have children, threads, interruption ------------------------------------------------------
@@ -514,7 +595,8 @@ def test_when_the_launcher_ends_every_rank_and_its_workers_end(
     out, err = launcher.communicate(timeout=30)
     assert launcher.returncode == status
     assert err.endswith(said) and "Traceback" not in err  # dplint's notes aside, nothing but the last line
-    assert out == (f"{spot_in(script, '.cuda(0)')}: DPL508 ranks 0 and 1 all put this tensor on cuda:0: they share one GPU\n" if found else "")
+    found_line = f"{spot_in(script, '.cuda(0)', 'torch.zeros')}: DPL508 Ranks 0 and 1 all put this tensor on `cuda:0`: they share one GPU.\n"
+    assert out == (found_line if found else "")
     deadline = time.monotonic() + 10  # killed at once; the kernel may take a moment to reap the orphaned workers
     while any(map(alive, pids)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -577,7 +659,7 @@ def test_a_script_that_spawns_its_ranks_runs_them_as_dplints_ranks_with_the_chec
     result = dplint_run(str(script), "--gpus", "2", "--no-set-epoch", *option, cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     [finding] = result.stdout.splitlines()
-    assert finding.startswith(f"{spot_in(script, '# train sampler')}: DPL501 ") and finding.endswith("(ranks 0 and 1)")
+    assert finding.startswith(f"{spot_in(script, '# train sampler', 'DistributedSampler(')}: DPL501 ") and finding.endswith("(ranks 0 and 1).")
     assert result.stderr.splitlines()[:3] == [
         f"dplint: {start}main_worker, nprocs=2) at {line_in(script, start)} runs main_worker(LOCAL_RANK, ...) in each of the 2 ranks",
         f"dplint: backend 'nccl' runs as 'gloo' on CPU ({line_in(script, 'init_process_group')})",
@@ -614,8 +696,8 @@ def test_two_training_epochs_in_the_same_order_are_found(tmp_path: Path, monkeyp
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--no-set-epoch", "--eval-train"]) == 1
     [finding] = capsys.readouterr().out.splitlines()
     assert finding == (
-        f"{spot_in(script, 'sampler=DistributedSampler(train_set)')}: DPL501 this shuffling DistributedSampler starts a second "
-        "training pass with its epoch still 0: without `set_epoch(epoch)` every epoch repeats the same order (ranks 0 and 1)"
+        f"{spot_in(script, 'sampler=DistributedSampler(train_set)', 'DistributedSampler(')}: DPL501 This shuffling `DistributedSampler` "
+        "starts a second training pass with its epoch still 0: every epoch has the same order (ranks 0 and 1)."
     )
 
 
@@ -628,8 +710,8 @@ def test_a_rank_zero_only_barrier_is_reported_at_once_not_after_the_timeout(tmp_
     assert time.monotonic() - started < 30  # start-up included; the timeout would be 60 s
     assert result.returncode == 1
     assert result.stdout == (
-        f"{spot_in(script, 'dist.barrier()')}: DPL507 collective mismatch: rank 0 is in dist.barrier() at "
-        f"{line_in(script, 'dist.barrier()')}; rank 1 is in DDP backward (gradient all-reduce) at {line_in(script, '.backward()')}\n"
+        f"{spot_in(script, 'dist.barrier()')}: DPL507 Collective mismatch: rank 0 is in dist.barrier() at "
+        f"{line_in(script, 'dist.barrier()')}; rank 1 is in DDP backward (gradient all-reduce) at {line_in(script, '.backward()')}.\n"
     )
     assert result.stderr == ""
 
@@ -642,9 +724,9 @@ def test_an_evaluation_forward_on_rank_zero_only_is_told_from_the_training_forwa
     script = PROGRAMS / "rank0_evaluation.py"
     assert run_main(["--timeout", str(TIMEOUT), str(script)]) == 1
     assert capsys.readouterr().out == (
-        f"{spot_in(script, '# evaluation forward')}: DPL507 collective mismatch: rank 0 is in DDP forward under no_grad "
+        f"{spot_in(script, '# evaluation forward', 'model(')}: DPL507 Collective mismatch: rank 0 is in DDP forward under no_grad "
         f"(buffer broadcast) at {line_in(script, '# evaluation forward')}; rank 1 is in DDP forward (buffer broadcast) at "
-        f"{line_in(script, '# training forward')}\n"
+        f"{line_in(script, '# training forward')}.\n"
     )
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--every-rank"]) == 0
 
@@ -715,7 +797,8 @@ def test_the_default_device_and_torch_device_as_a_context_are_emulated(
     # Without set_device, the bare "cuda" of the default device is GPU 0 on every rank.
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--no-set-device"]) == 1
     assert capsys.readouterr().out == (
-        f"{spot_in(script, 'model = DDP(nn.Linear(4, 2))')}: DPL508 ranks 0 and 1 all put this tensor on cuda:0: they share one GPU\n"
+        f"{spot_in(script, 'model = DDP(nn.Linear(4, 2))', 'nn.Linear(')}: DPL508 Ranks 0 and 1 all put this tensor on `cuda:0`: "
+        "they share one GPU.\n"
     )
 
 
@@ -740,6 +823,19 @@ def test_a_dataparallel_scripts_batch_dimension_bug_is_found_at_its_forward(
     assert run_main(["--devices", "8", "dataparallel_tutorial.fixed.py"]) == 1
     [finding] = capsys.readouterr().out.splitlines()
     assert finding.startswith("dataparallel_tutorial.fixed.py:44:5: DPL306 a batch of 10 on 8 devices splits into 5 chunks")
+
+
+def test_advice_on_a_wrapped_torch_module_is_at_the_users_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # nn.Sequential's forward is torch's: the advice goes to the line of the script that called the wrapper.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sequential.py").write_text(
+        "import torch\nfrom torch import nn\n\nmodel = nn.DataParallel(nn.Sequential(nn.Linear(4, 2)))\noutput = model(torch.randn(8, 4))\n"
+    )
+    assert run_main(["--devices", "1", "sequential.py"]) == 1
+    [finding] = capsys.readouterr().out.splitlines()
+    assert finding.startswith("sequential.py:5:1: DPL307 ")
 
 
 def test_a_dataparallel_run_fails_where_the_gpu_node_would(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
@@ -770,7 +866,7 @@ def test_dplint_run_writes_its_findings_in_the_linters_machine_formats(
     assert (finding["code"], finding["name"], finding["filename"], finding["location"]["row"], finding["ranks"]) == (
         "DPL508", "missing-set-device", str(script), row, [0, 1]
     )
-    assert finding["help"] and finding["message"] == "ranks 0 and 1 all select cuda:0: they share one GPU"
+    assert finding["help"] and finding["message"] == "Ranks 0 and 1 all select `cuda:0`: they share one GPU."
 
     assert run_main(["--format", "sarif", *run]) == 1
     [result] = json.loads(capsys.readouterr().out)["runs"][0]["results"]
@@ -782,6 +878,35 @@ def test_dplint_run_writes_its_findings_in_the_linters_machine_formats(
     assert run_main(["--format", "junit", *run]) == 1
     [case] = ElementTree.fromstring(capsys.readouterr().out).findall(".//testcase")
     assert case.get("name") == "org.dplint.DPL508" and case.get("line") == str(row) and case.find("failure") is not None
+
+
+def _machine_report(output: str, chosen: str) -> Any:
+    """The report on stdout, parsed as its consumer parses it; raises when anything else is mixed in."""
+    import json
+    import xml.etree.ElementTree as ElementTree
+
+    if chosen == "junit":
+        return ElementTree.fromstring(output)
+    if chosen == "json-lines":
+        return [json.loads(line) for line in output.splitlines()]
+    if chosen == "github":
+        assert all(line.startswith("::") for line in output.splitlines()), output
+        return output
+    return json.loads(output)
+
+
+@pytest.mark.parametrize("chosen", ["json", "json-lines", "sarif", "junit", "gitlab", "github"])
+def test_a_machine_format_on_stdout_holds_the_report_alone_and_the_scripts_prints_go_to_stderr(tmp_path: Path, chosen: str) -> None:
+    (tmp_path / "chatty.py").write_text(
+        "import subprocess, sys\nimport torch.distributed as dist\n\n"
+        "dist.init_process_group('gloo')\n"
+        "print('rank', dist.get_rank(), 'says hello')\n"
+        "subprocess.run([sys.executable, '-c', 'print(\"a child says hello\")'])\n"
+    )
+    result = dplint_run("--nproc-per-node", "1", "--format", chosen, "chatty.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    _machine_report(result.stdout, chosen)
+    assert "rank 0 says hello" in result.stderr and "a child says hello" in result.stderr
 
 
 def test_a_pitfall_that_stops_the_ranks_is_a_finding_in_every_format(
@@ -817,11 +942,11 @@ correct = torch.tensor([3.0])
     ("body", "expected"),
     [
         ("correct = dist.all_reduce(correct)\naccuracy = correct / 2",
-         "{script}:11:1: DPL512 `correct = dist.all_reduce(...)` sets `correct` to None; {script}:12 then raised TypeError: "
-         "unsupported operand type(s) for /: 'NoneType' and 'int'"),
+         "{script}:11:11: DPL512 `dist.all_reduce` works in place and returns `None` here; `correct` holds that `None` at "
+         "{script}:12, which raised TypeError: unsupported operand type(s) for /: 'NoneType' and 'int'."),
         ("print(mean(correct))",
-         "{script}:6:5: DPL512 `dist.all_reduce(...)` returns None, which this line uses: TypeError: "
-         "unsupported operand type(s) for /: 'NoneType' and 'int'"),
+         "{script}:6:12: DPL512 `dist.all_reduce` works in place and returns `None` here; this line uses that `None`: TypeError: "
+         "unsupported operand type(s) for /: 'NoneType' and 'int'."),
     ],
     ids=["assigned", "used-in-its-line"],
 )
@@ -866,7 +991,7 @@ def test_every_rank_on_gpu_zero_is_found_where_it_selects_the_gpu(
     script = PROGRAMS / "torchrun_tutorial.py"
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--legacy-local-rank"]) == 1
     assert capsys.readouterr().out == (
-        f"{spot_in(script, 'torch.cuda.set_device(local_rank)')}: DPL508 ranks 0 and 1 all select cuda:0: they share one GPU\n"
+        f"{spot_in(script, 'torch.cuda.set_device(local_rank)')}: DPL508 Ranks 0 and 1 all select `cuda:0`: they share one GPU.\n"
     )
 
 
@@ -880,7 +1005,8 @@ def test_every_rank_resuming_onto_gpu_zero_is_found_at_its_load(
     capsys.readouterr()
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--epochs", "1", "--resume", "first.pt", "--resume-on", "gpu0"]) == 1
     assert capsys.readouterr().out == (
-        f"{spot_in(script, '# every rank onto GPU 0')}: DPL506 ranks 0 and 1 all load this checkpoint onto cuda:0\n"
+        f"{spot_in(script, '# every rank onto GPU 0', 'torch.load(')}: DPL506 Ranks 0 and 1 all load this checkpoint onto `cuda:0`: "
+        "they share one GPU.\n"
     )
 
 
@@ -888,21 +1014,21 @@ def test_every_rank_resuming_onto_gpu_zero_is_found_at_its_load(
     ("name", "arguments", "failing_line", "found"),
     [
         # The bare "cuda" without set_device is GPU 0 on every rank; DDP moves rank 1's batch to its device_ids, cuda:1.
-        ("nanogpt_style.py", ["--device", "cuda"], "logits, loss = model(X, Y)", ("model.to(device)", "put this model on")),
+        ("nanogpt_style.py", ["--device", "cuda"], "logits, loss = model(X, Y)", ("model.to(device)", "model.to(device)", "put this model on")),
         # The unwrapped model of rank 1 is on cuda:1; its evaluation batch on cuda:0.
-        ("accelerator_style.py", ["--eval-device", "cuda:0"], "ddp_model.module(batch)", ("batch = torch.randn", "put this tensor on")),
+        ("accelerator_style.py", ["--eval-device", "cuda:0"], "ddp_model.module(batch)", ("batch = torch.randn", "torch.randn", "put this tensor on")),
     ],
     ids=["model-on-gpu0-behind-ddp", "batch-on-gpu0"],
 )
 def test_tensors_of_two_gpus_meeting_raise_as_torch_does(
-    name: str, arguments: List[str], failing_line: str, found: Tuple[str, str],
+    name: str, arguments: List[str], failing_line: str, found: Tuple[str, str, str],
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
 ) -> None:  # fmt: skip
     monkeypatch.chdir(tmp_path)
     script = PROGRAMS / name
     assert run_main(["--timeout", str(TIMEOUT), str(script), *arguments]) == 1
     captured = capsys.readouterr()
-    assert captured.out == f"{spot_in(script, found[0])}: DPL508 ranks 0 and 1 all {found[1]} cuda:0: they share one GPU\n"
+    assert captured.out == f"{spot_in(script, found[0], found[1])}: DPL508 Ranks 0 and 1 all {found[2]} `cuda:0`: they share one GPU.\n"
     assert captured.err.startswith(
         f"dplint run: rank 1 failed at {line_in(script, failing_line)}: RuntimeError: Expected all tensors to be on the same "
         "device, but found at least two devices, cuda:"
@@ -915,7 +1041,7 @@ def test_a_script_that_spawns_one_process_per_emulated_gpu_runs_them_with_the_ch
     monkeypatch.chdir(tmp_path)
     script = PROGRAMS / "spawn_workers.py"
     assert run_main(["--timeout", str(TIMEOUT), str(script), "--no-set-epoch", "--epochs", "2"]) == 1
-    assert capsys.readouterr().out.startswith(f"{spot_in(script, '# train sampler')}: DPL501 ")
+    assert capsys.readouterr().out.startswith(f"{spot_in(script, '# train sampler', 'DistributedSampler(')}: DPL501 ")
 
 
 def test_an_error_a_wrapper_catches_before_exiting_is_reported_at_the_users_line(
@@ -950,3 +1076,23 @@ def test_an_error_hydra_catches_is_reported_at_the_users_line(tmp_path: Path, mo
     err = capsys.readouterr().err
     assert f"dplint run: rank 1 failed at {line_in(script, '# rank 1 fails')}: ValueError: no such shard\n" in err
     assert "hydra/_internal" not in err.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("files", "failing"),
+    [
+        ({"train.py": "import torch\nx = = 1\n"}, "train.py:2: SyntaxError: invalid syntax"),
+        ({"train.py": "import helper\n", "helper.py": "def f():\n    return 1\n        x = 2\n"}, "helper.py:3: IndentationError: unexpected indent"),
+    ],
+    ids=["the-script", "a-module-it-imports"],
+)
+def test_code_that_does_not_compile_is_reported_at_its_line(
+    files: Dict[str, str], failing: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # None of the file's frames ever ran: the SyntaxError itself names the file and the line.
+    monkeypatch.chdir(tmp_path)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert run_main(["--timeout", str(TIMEOUT), "train.py"]) == 1
+    said = capsys.readouterr().err  # both ranks fail; either may be first
+    assert f"dplint run: rank 0 failed at {failing}\n" in said or f"dplint run: rank 1 failed at {failing}\n" in said

@@ -191,8 +191,10 @@ def mutated(text: str, rnd: random.Random, rounds: int) -> str:
 
 
 def rewrapped(text: str) -> str:
-    """The whole module indented under `if True:`: the same program, one line down and four columns right."""
-    return "if True:\n" + indented(text)
+    """The whole module indented under `if True:`: the same program, one line down and four columns right.
+    A module without statements (an empty `__init__.py`) gets a `pass`: an empty block does not parse."""
+    body = indented(text)
+    return "if True:\n" + (body if ast.parse(text).body else with_newline(body) + "    pass\n")
 
 
 # ----- the program generator --------------------------------------------------------------------------

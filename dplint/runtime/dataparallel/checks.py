@@ -27,6 +27,7 @@ import inspect
 import io
 import linecache
 import re
+import sys
 import threading
 import warnings
 import weakref
@@ -40,6 +41,7 @@ from torch import nn
 from dplint.finding import Finding
 from dplint.runtime.dataparallel import frames, messages, module_state, simulation
 from dplint.runtime.findings import runtime_finding
+from dplint.runtime.origins import user_code
 
 __all__ = ["RUNTIME_CODES", "PitfallError", "PitfallWarning", "checking", "install", "is_installed", "uninstall"]
 
@@ -495,9 +497,16 @@ class _Call:
             raise PitfallError(code, said, self.module, line)
         warning = PitfallWarning(code, said, self.module, line)
         if warning.filename is None:
-            warnings.warn(warning, stacklevel=3)
-        else:  # point at the module's forward, not at dplint's frames
-            warnings.warn_explicit(warning, PitfallWarning, warning.filename, warning.lineno, registry=_warning_registry)
+            # A module of torch's own (nn.Sequential) has no forward of the user's: the user's line that called the wrapper.
+            caller = sys._getframe(1)
+            while caller is not None and not user_code(caller.f_code.co_filename):
+                caller = caller.f_back
+            if caller is None:
+                warnings.warn(warning, stacklevel=3)
+                return
+            warning.filename, warning.lineno = caller.f_code.co_filename, caller.f_lineno
+        # point at the module's forward (or that line), not at dplint's frames
+        warnings.warn_explicit(warning, PitfallWarning, warning.filename, warning.lineno, registry=_warning_registry)
 
     def run(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         wanted = self.settings.devices

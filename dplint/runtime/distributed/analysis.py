@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import linecache
+import os
+import tokenize
 from collections import defaultdict
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -28,6 +32,11 @@ def _ranks(ranks: Sequence[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
 
 
+def _opening(text: str) -> str:
+    """A message's first words, capitalised as the static rules' messages are."""
+    return text[:1].upper() + text[1:]
+
+
 def _reported(events: Events) -> List[Finding]:
     seen: Dict[Tuple[str, str, str], List[int]] = defaultdict(list)
     for rank, rank_events in sorted(_by(events, "finding").items()):
@@ -35,9 +44,42 @@ def _reported(events: Events) -> List[Finding]:
             seen[(event["code"], event["message"], event["where"])].append(rank)
     # Seen by each rank on its own, so the message says which ranks saw it (when there are several).
     return [
-        runtime_finding(code, f"{message} ({_ranks(ranks)})" if len(events) > 1 else message, where, tuple(ranks))
+        runtime_finding(code, f"{message.rstrip('.')} ({_ranks(ranks)})." if len(events) > 1 else message, where, tuple(ranks))
         for (code, message, where), ranks in seen.items()
     ]
+
+
+def _characters(filename: str, line: int, offset: int) -> int:
+    """The column, in characters, of Python's byte `offset` on a line of the file."""
+    return len(linecache.getline(filename, line).encode("utf-8")[:offset].decode("utf-8", "replace"))
+
+
+def _argument(spot: str, keyword: str, position: int) -> str:
+    """The spot (`file:line:column`) of an argument of the call that starts at `spot`, passed as `keyword=`
+    or as the `position`-th: where the static rule puts its finding. `spot` itself where the source does
+    not show it (a `**kwargs`, a file that changed)."""
+    site, _, column = spot.rpartition(":")
+    path, _, line = site.rpartition(":")
+    if not (column.isdigit() and line.isdigit()):
+        return spot
+    filename = os.path.abspath(path)
+    try:
+        with tokenize.open(filename) as source:
+            tree = ast.parse(source.read())
+    except (OSError, SyntaxError, ValueError):
+        return spot
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.lineno == int(line) and _characters(filename, node.lineno, node.col_offset) == int(column) - 1:
+            named = [given.value for given in node.keywords if given.arg == keyword]
+            positional = node.args[: position + 1]
+            if named:
+                value = named[0]
+            elif len(positional) > position and not any(isinstance(given, ast.Starred) for given in positional):
+                value = positional[position]
+            else:
+                return spot
+            return f"{path}:{value.lineno}:{_characters(filename, value.lineno, value.col_offset) + 1}"
+    return spot
 
 
 def _indexed(events: Events, kind: str) -> Dict[int, Dict[int, Dict[str, Any]]]:
@@ -59,11 +101,12 @@ def _samplers(events: Events) -> List[Finding]:
             values = {rank: event[setting] for rank, event in ranks.items()}
             if len(set(values.values())) > 1:
                 listed = ", ".join(f"{values[rank]} on rank {rank}" for rank in sorted(values))
-                found.append(runtime_finding(
-                    "DPL513" if setting == "seed" else "DPL503",
-                    f"this DistributedSampler's `{setting}` differs between ranks ({listed}): the shards overlap or miss samples",
-                    where, tuple(sorted(ranks)),
-                ))  # fmt: skip
+                if setting == "seed":  # at the seed's expression, as the static rule reports it
+                    message = f"This `DistributedSampler` seed differs between ranks ({listed}): ranks shuffle differently and overlap."
+                    found.append(runtime_finding("DPL513", message, _argument(where, "seed", 4), tuple(sorted(ranks))))
+                else:
+                    message = f"This `DistributedSampler`'s `{setting}` differs between ranks ({listed}): the shards overlap or miss samples."
+                    found.append(runtime_finding("DPL503", message, where, tuple(sorted(ranks))))
                 break
         else:
             shards: Dict[Any, List[int]] = defaultdict(list)
@@ -73,8 +116,8 @@ def _samplers(events: Events) -> List[Finding]:
                 if len(readers) > 1:
                     found.append(runtime_finding(
                         "DPL503",
-                        f"{_ranks(readers)} all read shard {shard} of this DistributedSampler",
-                        where, tuple(sorted(readers)), help="pass each process's own rank, or leave `rank=` unset",
+                        f"{_opening(_ranks(readers))} all read shard {shard} of this `DistributedSampler`: they iterate the same data.",
+                        where, tuple(sorted(readers)), help="Pass each process's own rank, or leave `rank=` unset.",
                     ))  # fmt: skip
     return found
 
@@ -91,7 +134,8 @@ def _first_batches(events: Events) -> List[Finding]:
                 preview = ", ".join(map(str, samples[min(samples)][:4]))
                 found.append(runtime_finding(
                     "DPL503",
-                    f"every rank's first training batch holds the same samples ({preview}, ...): this loader is not sharded",
+                    f"This training `DataLoader` gives every rank the same first batch (samples {preview}, ...): "
+                    "every DDP rank iterates the same data.",
                     where, tuple(sorted(ranks)),
                 ))  # fmt: skip
                 continue
@@ -103,7 +147,8 @@ def _first_batches(events: Events) -> List[Finding]:
                     if len(shared) > padding:
                         found.append(runtime_finding(
                             "DPL503",
-                            f"ranks {first} and {second} share {len(shared)} of their first batch's samples: the shards overlap",
+                            f"This training `DataLoader` gives ranks {first} and {second} first batches that share "
+                            f"{len(shared)} sample{'s' * (len(shared) != 1)}: the shards overlap.",
                             where, (first, second),
                         ))  # fmt: skip
                         break
@@ -115,7 +160,7 @@ def _first_batches(events: Events) -> List[Finding]:
             if len(digests) == 1 and ranks[min(ranks)]["digest"]:
                 found.append(runtime_finding(
                     "DPL503",
-                    "every rank's first training batch holds the same data: this loader is not sharded across ranks",
+                    "This training `DataLoader` gives every rank the same first batch: every DDP rank iterates the same data.",
                     where, tuple(sorted(ranks)),
                 ))  # fmt: skip
     return found
@@ -146,22 +191,22 @@ def _divergence(events: Events) -> List[Finding]:
             diverged[model] = (step, differing)
     for model, (step, differing) in sorted(diverged.items()):
         listed = ", ".join(f"`{name}`" for name in differing[:3]) + (f" and {len(differing) - 3} more" if len(differing) > 3 else "")
-        what = f"replicas hold different parameters after optimizer step {step} ({listed})"
+        differ = f"{listed} differ{'s' * (len(differing) == 1)} between the replicas after optimizer step {step}"
         bypasses = [(rank, e) for rank, es in _by(events, "bypass").items() for e in es if e["model"] == model]
         changes = [(rank, e) for rank, es in _by(events, "changed").items() for e in es if e["model"] == model]
         if bypasses:
             where = bypasses[0][1]["where"]
-            found.append(runtime_finding("DPL504", f"{what}: this forward through `.module` skips DDP's gradient sync", where,
-                                 tuple(sorted({rank for rank, _ in bypasses}))))  # fmt: skip
+            found.append(runtime_finding("DPL504", f"This forward through `.module` skips DDP's forward: gradients are not averaged ({differ}).",
+                                 where, tuple(sorted({rank for rank, _ in bypasses}))))  # fmt: skip
         elif changes:
             rank, change = changes[0]
             changed_on = sorted({r for r, e in changes if e["where"] == change["where"]})
             only = f" on {_ranks(changed_on)} only" if len(changed_on) < len(events) else ""
-            found.append(runtime_finding("DPL511", f"{what}: {change['what']} after wrapping in DDP{only}; DDP syncs only gradients",
+            found.append(runtime_finding("DPL511", f"{change['what']}{only} after the DDP wrap: ranks keep different weights ({differ}).",
                                  change["where"], tuple(changed_on)))  # fmt: skip
         else:
             where = models[model][min(models[model])]["where"]
-            found.append(runtime_finding("DPL520", f"{what}: their gradients were not averaged, or they changed outside DDP",
+            found.append(runtime_finding("DPL520", f"{differ}: their gradients were not averaged, or they changed outside DDP.",
                                  where, tuple(sorted(events))))  # fmt: skip
     return found
 
@@ -182,7 +227,7 @@ def _saves(events: Events) -> List[Finding]:
             name = path.rsplit("/", 1)[-1]
             found.append(runtime_finding(
                 "DPL505",
-                f"{_ranks(list(ranks))} all save `{name}`: concurrent writes can corrupt it",
+                f"{_opening(_ranks(list(ranks)))} all save `{name}` here: the writes race and can corrupt the file.",
                 ranks[min(ranks)], tuple(sorted(ranks)),
             ))  # fmt: skip
     return found
@@ -208,10 +253,10 @@ def _shared_gpus(events: Events) -> List[Finding]:
             if len(on_it) < 2:
                 continue
             if code == "DPL506":
-                message = f"{_ranks(on_it)} all load this checkpoint onto cuda:{index}"
+                message = f"{_opening(_ranks(on_it))} all load this checkpoint onto `cuda:{index}`: they share one GPU."
             else:
                 what = ranks[on_it[0]]["what"]
-                message = f"{_ranks(on_it)} all {_PLACED[what]} cuda:{index}: they share one GPU"
+                message = f"{_opening(_ranks(on_it))} all {_PLACED[what]} `cuda:{index}`: they share one GPU."
             found.append(runtime_finding(code, message, where, tuple(on_it)))
             break
     return found

@@ -8,7 +8,9 @@ publishing an event costs one send; reads happen only where a rank must compare 
 
 from __future__ import annotations
 
+import itertools
 import json
+import linecache
 import os
 import sys
 import time
@@ -58,13 +60,34 @@ def _user_frame(frame: Any) -> Any:
     return frame
 
 
-def _site(frame: Any) -> str:
-    return f"{display_path(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "<unknown>"
+def _spot(frame: Any) -> str:
+    """`file:line:column` where the expression the frame is running starts (its call into torch or dplint):
+    where a static rule puts a finding on the same code. Before Python 3.11, which keeps no columns, the
+    line's first non-blank column."""
+    if frame is None:
+        return "<unknown>"
+    filename, line, offset = frame.f_code.co_filename, frame.f_lineno, None
+    positions = getattr(frame.f_code, "co_positions", None)
+    if positions is not None:  # one entry per 2-byte code unit, as `f_lasti` counts
+        start_line, _, start, _ = next(itertools.islice(positions(), frame.f_lasti // 2, None), (None, None, None, None))
+        if start_line is not None and start is not None:
+            line, offset = start_line, start
+    text = linecache.getline(filename, line)
+    # Python counts the column in UTF-8 bytes; a finding's column counts characters.
+    column = len(text.encode("utf-8")[:offset].decode("utf-8", "replace")) if offset is not None else len(text) - len(text.lstrip())
+    return f"{display_path(filename)}:{line}:{column + 1}"
+
+
+def site_of(spot: str) -> str:
+    """`file:line` of a `file:line:column` spot, as the ranks' texts name a place; any other place as it is."""
+    head, _, last = spot.rpartition(":")
+    return head if last.isdigit() and head.rpartition(":")[2].isdigit() else spot
 
 
 def user_site(depth: int = 2) -> str:
-    """`file:line` of the innermost caller outside torch and dplint (the user's code)."""
-    return _site(_user_frame(sys._getframe(depth)))
+    """`file:line:column` of the innermost caller outside torch and dplint (the user's code): the start of
+    its call into them."""
+    return _spot(_user_frame(sys._getframe(depth)))
 
 
 _SAVE_HELPER = ("save", "checkpoint", "ckpt")
@@ -79,7 +102,7 @@ def guard_site(depth: int = 2) -> str:
         if caller is None or installed_code(caller.f_code.co_filename):
             break
         frame = caller
-    return _site(frame)
+    return _spot(frame)
 
 
 def display_path(filename: str) -> str:

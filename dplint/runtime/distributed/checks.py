@@ -27,7 +27,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader, DistributedSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
-from dplint.runtime.distributed.channel import Channel, display_path, guard_site, user_site
+from dplint.runtime.distributed.channel import Channel, display_path, guard_site, site_of, user_site
 from dplint.runtime.distributed.errors import DistributedPitfall, PeerFailed, SetupError
 from dplint.runtime.distributed.launcher import ALL_CHECKS
 from dplint.runtime import devices
@@ -49,7 +49,7 @@ class _Model:
 
     index: int
     ddp: "weakref.ref[DistributedDataParallel]"
-    where: str
+    where: str  # the spot of its construction, `file:line:column`
     params: List[nn.Parameter]
     reducer_names: List[str]  # DDP's own parameter order: the indices in its unused-parameter error
     steps: int = 0
@@ -80,14 +80,16 @@ class _RankChecks:
     def depth(self) -> int:
         return getattr(self.local, "depth", 0)
 
-    def enter(self, call: str, where: str) -> None:
-        """Publish the fingerprint of the next collective on the default group and compare it with the peers'."""
+    def enter(self, call: str, spot: str) -> None:
+        """Publish the fingerprint of the next collective on the default group and compare it with the peers'.
+        `spot`: the call's `file:line:column`; the texts name its `file:line`."""
         self.sequence += 1
+        where = site_of(spot)
         self.channel.state(f"is in {call} at {where}")
         if where not in self.sites:
             self.sites.add(where)
             self.channel.reached(where)
-        mine = {"call": call, "where": where}
+        mine = {"call": call, "where": where, "spot": spot}
         theirs = self.channel.exchange(self.sequence, mine)
         if all(peer is not None and peer["call"] == call for peer in theirs.values()):
             return
@@ -99,13 +101,13 @@ class _RankChecks:
             f"rank {rank} {self.channel.peer_state(rank)}" if peer is None else f"rank {rank} is in {peer['call']} at {peer['where']}"
             for rank, peer in sorted(theirs.items())
         ]
-        raise DistributedPitfall("DPL507", "collective mismatch: " + "; ".join(parts), self._odd_site(theirs))
+        raise DistributedPitfall("DPL507", "Collective mismatch: " + "; ".join(parts) + ".", self._odd_spot(theirs))
 
-    def _odd_site(self, calls: Dict[int, Optional[Dict[str, str]]]) -> str:
-        """Of the mismatched calls, the site the fewest ranks ever reached: the collective only some ranks make."""
+    def _odd_spot(self, calls: Dict[int, Optional[Dict[str, str]]]) -> str:
+        """Of the mismatched calls, the spot of the site the fewest ranks ever reached: the collective only some ranks make."""
         reached = [self.sites] + [set(self.channel.sites(rank)) for rank in self.channel.peers]
-        sites = [peer["where"] for _, peer in sorted(calls.items()) if peer is not None]
-        return min(sites, key=lambda site: sum(site in ranks for ranks in reached))
+        made = [peer for _, peer in sorted(calls.items()) if peer is not None]
+        return min(made, key=lambda peer: sum(peer["where"] in ranks for ranks in reached))["spot"]
 
     def leave(self, call: str, where: str) -> None:
         self.last_collective = f"{call} at {where}"
@@ -163,14 +165,15 @@ def install(channel: Channel, checks: Set[str], group_ready: bool = False, gpus:
     if checks & {"collectives", "divergence", "unused-parameters"}:
         DistributedDataParallel.forward = _ddp_forward(rank, DistributedDataParallel.forward)
     if "divergence" in checks:
-        nn.Module.load_state_dict = _changing(rank, nn.Module.load_state_dict, "load_state_dict()")
-        nn.Module._apply = _changing(rank, nn.Module._apply, "a move or cast (.to/.double/...)")
+        # What changed, as a finding's message opens: "<what> after the DDP wrap".
+        nn.Module.load_state_dict = _changing(rank, nn.Module.load_state_dict, "`load_state_dict()` runs")
+        nn.Module._apply = _changing(rank, nn.Module._apply, "A move or cast (`.to`, `.double`, ...) runs")
         registration = torch.nn.modules.module
         registration.register_module_module_registration_hook(
-            lambda module, name, sub: rank.changed_after_wrap(module, f"replacing submodule `{name}`")
+            lambda module, name, sub: rank.changed_after_wrap(module, f"Submodule `{name}` is replaced")
         )
         registration.register_module_parameter_registration_hook(
-            lambda module, name, param: rank.changed_after_wrap(module, f"replacing parameter `{name}`")
+            lambda module, name, param: rank.changed_after_wrap(module, f"Parameter `{name}` is replaced")
         )
         register_optimizer_step_post_hook(lambda optimizer, args, kwargs: _after_step(rank))
     if checks & {"samplers", "sharding"}:
@@ -198,7 +201,7 @@ def _install_shims(rank: _RankChecks) -> None:
         bound = signature.bind(*args, **kwargs)
         backend = bound.arguments.get("backend")
         if backend is not None and "nccl" in str(backend).lower():
-            rank.note(f"backend {str(backend)!r} runs as 'gloo' on CPU ({user_site()})")
+            rank.note(f"backend {str(backend)!r} runs as 'gloo' on CPU ({site_of(user_site())})")
             bound.arguments["backend"] = "gloo"
         device_id = bound.arguments.get("device_id")
         if device_id is not None and (devices.active() is not None or not torch.cuda.is_available()):
@@ -242,7 +245,7 @@ def _spawn_in_place(rank: _RankChecks, name: str) -> Callable[..., Any]:
         import torch.multiprocessing as mp
 
         call = f"{name}({getattr(fn, '__name__', 'fn')}, nprocs={nprocs})"
-        where = user_site()
+        where = site_of(user_site())
         world = rank.channel.world_size
         if nprocs == 0:
             rank.channel.event("spawn", call=call, where=where)
@@ -261,7 +264,7 @@ def _to_dplint_store(rank: _RankChecks, arguments: Dict[str, Any]) -> None:
     own = {name: arguments[name] for name in ("init_method", "store") if arguments.get(name) not in (None, "env://")}
     address = (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"))
     if address != rank.master:  # the script set its own (the tutorials' `os.environ["MASTER_PORT"] = "12355"`)
-        rank.note(f"MASTER_ADDR:MASTER_PORT {address[0]}:{address[1]} set by the script joins dplint's process group instead ({user_site(3)})")
+        rank.note(f"MASTER_ADDR:MASTER_PORT {address[0]}:{address[1]} set by the script joins dplint's process group instead ({site_of(user_site(3))})")
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master
     asked = {name: arguments[name] for name in ("world_size", "rank") if arguments.get(name, -1) != -1}
     expected = {"world_size": rank.channel.world_size, "rank": rank.channel.rank}
@@ -269,12 +272,12 @@ def _to_dplint_store(rank: _RankChecks, arguments: Dict[str, Any]) -> None:
     if wrong:
         name, value = next(iter(wrong.items()))
         raise SetupError(
-            f"init_process_group({name}={value}) at {user_site(3)} on dplint's rank {rank.channel.rank} of "
+            f"init_process_group({name}={value}) at {site_of(user_site(3))} on dplint's rank {rank.channel.rank} of "
             f"{rank.channel.world_size}: run it with --nproc-per-node matching its world size"
         )
     if own:
         name, value = next(iter(own.items()))
-        rank.note(f"init_process_group({name}={value!r}) joins dplint's process group instead ({user_site(3)})")
+        rank.note(f"init_process_group({name}={value!r}) joins dplint's process group instead ({site_of(user_site(3))})")
         arguments.pop("init_method", None)
         arguments.pop("store", None)
         arguments.pop("world_size", None)
@@ -319,18 +322,18 @@ def _collective(rank: _RankChecks, name: str, original: Callable[..., Any]) -> C
             arguments = signature.bind(*args, **kwargs).arguments
         except TypeError:
             return original(*args, **kwargs)
-        where = user_site()
+        spot = user_site()
         call = _describe(name, arguments)
         if _on_default_group(arguments) and dist.is_initialized():
-            rank.enter(call, where)
+            rank.enter(call, spot)
         rank.local.depth = 1
         try:
             result = original(*args, **kwargs)
         finally:
             rank.local.depth = 0
-            rank.leave(call, where)
+            rank.leave(call, site_of(spot))
         if result is None:
-            rank.none_results.setdefault(where, name)
+            rank.none_results.setdefault(spot, name)
         return result
 
     return collective
@@ -370,10 +373,12 @@ def explained(error: BaseException) -> BaseException:
     failed_at = f"{display_path(filename)}:{failing.tb_lineno}"
     lines = {line for _, _, line in failing.tb_frame.f_code.co_lines() if line is not None}
     raised = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
-    for site, name in rank.none_results.items():
+    for spot, name in rank.none_results.items():
+        site = site_of(spot)
         path, _, line = site.rpartition(":")
+        said = f"`dist.{name}` works in place and returns `None` here"  # as the static rule says it
         if site == failed_at:
-            message = f"`dist.{name}(...)` returns None, which this line uses: {raised}"
+            message = f"{said}; this line uses that `None`: {raised}."
         else:
             assigned = re.match(rf"\s*([A-Za-z_]\w*)\s*=\s*[\w.]*\b{name}\(", linecache.getline(os.path.abspath(path), int(line)))
             if not (
@@ -382,8 +387,8 @@ def explained(error: BaseException) -> BaseException:
             ):  # fmt: skip
                 continue
             target = assigned.group(1)
-            message = f"`{target} = dist.{name}(...)` sets `{target}` to None; {failed_at} then raised {raised}"
-        pitfall = DistributedPitfall("DPL512", message, site)
+            message = f"{said}; `{target}` holds that `None` at {failed_at}, which raised {raised}."
+        pitfall = DistributedPitfall("DPL512", message, spot)
         pitfall.__cause__ = error
         return pitfall
     return error
@@ -408,21 +413,21 @@ def _ddp_init(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., 
         module = bound.arguments["module"]
         on_cpu = all(p.device.type == "cpu" for p in module.parameters())
         if on_cpu and bound.arguments.get("device_ids") and devices.active() is None:
-            rank.note(f"DDP device_ids={bound.arguments['device_ids']} dropped: the model is on CPU ({user_site()})")
+            rank.note(f"DDP device_ids={bound.arguments['device_ids']} dropped: the model is on CPU ({site_of(user_site())})")
             bound.arguments["device_ids"] = None
             bound.arguments["output_device"] = None
-        where = user_site()
+        spot = user_site()
         collective = "collectives" in rank.checks and dist.is_initialized() and bound.arguments.get("process_group") is None
         if collective:
-            rank.enter("DDP construction (parameter broadcast)", where)
+            rank.enter("DDP construction (parameter broadcast)", spot)
         rank.local.quiet = getattr(rank.local, "quiet", 0) + 1
         try:
             original(*bound.args, **bound.kwargs)
         finally:
             rank.local.quiet -= 1
             if collective:
-                rank.leave("DDP construction (parameter broadcast)", where)
-        _register(rank, self, where)
+                rank.leave("DDP construction (parameter broadcast)", site_of(spot))
+        _register(rank, self, spot)
 
     return __init__
 
@@ -463,16 +468,16 @@ def _bypass_hook(rank: _RankChecks, model: _Model, module: nn.Module, inputs: An
 def _ddp_forward(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def forward(self: DistributedDataParallel, *inputs: Any, **kwargs: Any) -> Any:
-        syncs, call, where = False, "", ""
+        syncs, call, spot = False, "", ""
         if "collectives" in rank.checks:
-            where = user_site()
+            spot = user_site()
             syncs = self.will_sync_module_buffers() and self.process_group is dist.GroupMember.WORLD
             # Told apart: a forward with gradients is followed by the backward's all-reduce, one without is not.
             call = "DDP forward (buffer broadcast)" if torch.is_grad_enabled() else "DDP forward under no_grad (buffer broadcast)"
             if syncs:
-                rank.enter(call, where)
+                rank.enter(call, spot)
             else:
-                rank.channel.state(f"is in or after DDP forward at {where} (its backward all-reduces gradients)")
+                rank.channel.state(f"is in or after DDP forward at {site_of(spot)} (its backward all-reduces gradients)")
         rank.local.ddp_forward = getattr(rank.local, "ddp_forward", 0) + 1
         try:
             output = original(self, *inputs, **kwargs)
@@ -487,7 +492,7 @@ def _ddp_forward(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..
         finally:
             rank.local.ddp_forward -= 1
             if syncs:
-                rank.leave(call, where)
+                rank.leave(call, site_of(spot))
 
     return forward
 
@@ -501,7 +506,7 @@ def _unused_parameters(rank: _RankChecks, ddp: DistributedDataParallel, on_rank:
         cause = "they were frozen after wrapping; freeze before `DistributedDataParallel(...)`"
     else:
         cause = "use them in every forward, or pass `find_unused_parameters=True`"
-    message = f"parameters got no gradient on rank {on_rank} in the previous iteration: {listed}; {cause}"
+    message = f"Parameters got no gradient on rank {on_rank} in the previous iteration: {listed}; {cause}."
     return DistributedPitfall("DPL521", message, model.where if model else user_site())
 
 
@@ -586,8 +591,8 @@ def _trained(rank: _RankChecks) -> None:
             sampler._dplint_reported = True
             rank.channel.finding(
                 "DPL501",
-                f"this shuffling DistributedSampler starts a second training pass with its epoch still {step_pass.epoch}: "
-                "without `set_epoch(epoch)` every epoch repeats the same order",
+                f"This shuffling `DistributedSampler` starts a second training pass with its epoch still {step_pass.epoch}: "
+                "every epoch has the same order.",
                 sampler._dplint_where,
             )
         epochs.add(step_pass.epoch)
@@ -601,12 +606,12 @@ def _backward(rank: _RankChecks, original: Callable[..., Any]) -> Callable[..., 
         if synced is None or "collectives" not in rank.checks:
             result = original(*args, **kwargs)
         else:
-            where = user_site()
-            rank.enter("DDP backward (gradient all-reduce)", where)
+            spot = user_site()
+            rank.enter("DDP backward (gradient all-reduce)", spot)
             try:
                 result = original(*args, **kwargs)
             finally:
-                rank.leave("DDP backward (gradient all-reduce)", where)
+                rank.leave("DDP backward (gradient all-reduce)", site_of(spot))
         if "samplers" in rank.checks:
             _trained(rank)
         return result

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 from dplint.finding import Finding
+from dplint.runtime.distributed.channel import site_of
 
 
 def finding_line(finding: Finding) -> str:
@@ -39,7 +40,7 @@ class RankFailure:
     rank: int
     kind: str  # the exception's type name, or "exit" for a process that died without one
     message: str
-    where: str
+    where: str  # `file:line`, or a pitfall's `file:line:column`
     traceback: str = ""
     code: Optional[str] = None  # set for a pitfall (a DistributedPitfall, a DataParallel PitfallError); `message` is then its own
     help: str = ""  # a DataParallel pitfall's help line (a DDP pitfall's is its code's)
@@ -49,7 +50,7 @@ class RankFailure:
         """What happened, naming the rank (`alone`: the one process of `dplint run --devices`, "the script")."""
         who = "the script" if alone else f"rank {self.rank}"
         if self.code:
-            return f"{self.where}: {self.code} {self.message}"
+            return f"{site_of(self.where)}: {self.code} {self.message}"  # as `finding_line` names a finding's place
         if self.kind == "SetupError":
             return self.message
         if self.kind == "exit":

@@ -18,12 +18,10 @@ from dplint.runtime.distributed import channel as keys
 from dplint.runtime.distributed.analysis import _ranks as listed
 from dplint.runtime.distributed.analysis import findings as analyse
 from dplint.finding import Finding
+from dplint.run_cli import ALL_CHECKS, DEFAULT_TIMEOUT
 from dplint.runtime.distributed.errors import LaunchError, RankFailure, finding_line
 
-DEFAULT_TIMEOUT = 30.0
 ACTIONS = ("raise", "warn")
-# Here, not in checks.py: `dplint run --help` and the pytest plugin list them without importing torch.
-ALL_CHECKS = ("collectives", "samplers", "sharding", "divergence", "checkpoints", "unused-parameters")
 # A failed rank's peers get this long to notice (a closed connection, a peer that ended) before they are stopped.
 _GRACE = 5.0
 _POLL = 0.02
@@ -259,12 +257,14 @@ def run_script(
     checks: Optional[Iterable[str]] = None,
     gpus: Optional[int] = None,
     dataparallel: bool = False,
+    prints_to_stderr: bool = False,
 ) -> Outcome:
     """`dplint run`: run a script (or `-m` module) as `__main__` in each rank, as torchrun would.
 
     Each rank sees `gpus` emulated GPUs (None: one per rank; 0: none, CUDA hidden). `dataparallel`
     (`dplint run --devices N`): one process, as `python script.py`, its DataParallel forwards simulated
-    on the `gpus` GPUs with the DataParallel checks.
+    on the `gpus` GPUs with the DataParallel checks. `prints_to_stderr`: the ranks' standard output
+    (their children's too) goes to standard error, leaving the launcher's to the report.
     """
     from dplint.runtime.distributed.rank import run_script as run_rank
 
@@ -274,7 +274,10 @@ def run_script(
         raise ValueError(f"gpus must be a non-negative int, got {gpus!r}")
     if dataparallel and (nprocs != 1 or gpus < 1):
         raise ValueError("a DataParallel run is one process with at least one GPU")
-    settings = {"timeout": float(timeout), "checks": chosen, "launcher": os.getpid(), "gpus": gpus, "dataparallel": dataparallel}
+    settings = {
+        "timeout": float(timeout), "checks": chosen, "launcher": os.getpid(), "gpus": gpus, "dataparallel": dataparallel,
+        "prints_to_stderr": prints_to_stderr,
+    }  # fmt: skip
     outcome = _run(run_rank, (tuple(target),), nprocs, settings)
     outcome.gpus = gpus
     outcome.dataparallel = dataparallel

@@ -50,10 +50,24 @@ def _become_rank(environment: Dict[str, str], launcher: int) -> None:
         torch.set_num_threads(int(threads))
 
 
+def _syntax_error_site(error: BaseException) -> Optional[str]:
+    """`file:line` that a SyntaxError of the user's code names: the script or a module it imports did not
+    compile, so none of its frames ran, and only the error says where."""
+    from dplint.runtime.distributed.channel import display_path
+    from dplint.runtime.origins import user_code
+
+    if isinstance(error, SyntaxError) and error.filename and error.lineno and user_code(error.filename):
+        return f"{display_path(error.filename)}:{error.lineno}"
+    return None
+
+
 def _where(error: BaseException) -> str:
     from dplint.runtime.distributed.channel import display_path
     from dplint.runtime.origins import user_code
 
+    site = _syntax_error_site(error)
+    if site is not None:
+        return site
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         if user_code(frame.filename):
             return f"{display_path(frame.filename)}:{frame.lineno}"
@@ -108,15 +122,17 @@ def _launcher_gone(talk: Callable[[], Any]) -> Any:
 
 
 def _publish_failure(channel: Any, error: BaseException) -> None:
-    from dplint.runtime.distributed.channel import error_key, state_key
+    from dplint.runtime.distributed.channel import error_key, site_of, state_key
     from dplint.runtime.distributed.errors import DistributedPitfall, RankFailure
 
     pitfall = error if isinstance(error, DistributedPitfall) else None
     where = pitfall.where if pitfall else _where(error)
+    # A SyntaxError's text ends with its file and line, "(train.py, line 2)": `where` says them already.
+    text = error.msg if _syntax_error_site(error) and error.msg else str(error).strip()  # type: ignore[attr-defined]
     failure = RankFailure(
         rank=channel.rank,
         kind=type(error).__name__,
-        message=str(error).strip().splitlines()[0] if str(error).strip() else "",
+        message=text.splitlines()[0] if text else "",
         where=where,
         traceback="".join(traceback.format_exception(type(error), error, error.__traceback__)),
         code=pitfall.code if pitfall else None,
@@ -130,7 +146,7 @@ def _publish_failure(channel: Any, error: BaseException) -> None:
         if finding is not None:
             failure.where = where = f"{finding.path}:{finding.location.row}"
     said = f"{failure.code} {failure.message}" if failure.code else failure.message
-    channel.store.set(state_key(channel.rank), f"failed at {where}: {failure.kind}: {said}")
+    channel.store.set(state_key(channel.rank), f"failed at {site_of(where)}: {failure.kind}: {said}")
     channel.store.set(error_key(channel.rank), json.dumps(asdict(failure)))
 
 
@@ -185,6 +201,9 @@ def run_function(environment: Dict[str, str], settings: Dict[str, Any], fn: Call
 def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Sequence[str]) -> None:
     """A rank of `dplint run`: run the script (or `-m` module) as `__main__`, as python does under torchrun."""
     _become_rank(environment, settings["launcher"])
+    if settings.get("prints_to_stderr"):
+        # At the descriptor: print(), C code and the processes the script starts all write to stderr.
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     from dplint.runtime.distributed import checks
 
     channel = _connect(settings)

@@ -1,4 +1,8 @@
-"""`dplint run`: torchrun's interface, on N CPU ranks in a gloo group, with dplint's checks."""
+"""`dplint run`: torchrun's interface, on N CPU ranks in a gloo group, with dplint's checks.
+
+Outside `dplint.runtime`, whose import imports torch (seconds): the command line is read and checked,
+and `--help` answered, without torch; the runtime is imported once a run starts.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,12 @@ import signal
 import sys
 from typing import Any, List, Optional, Sequence, TextIO
 
-from dplint.cli import FORMATS, use_colour
+from dplint.cli import FORMATS, HUMAN_FORMATS, use_colour
 from dplint.finding import Finding
-from dplint.runtime.distributed.launcher import ALL_CHECKS, DEFAULT_TIMEOUT, run_script
+
+DEFAULT_TIMEOUT = 30.0
+# Here, not in the launcher: `dplint run --help` and the pytest plugin list them without importing torch.
+ALL_CHECKS = ("collectives", "samplers", "sharding", "divergence", "checkpoints", "unused-parameters")
 
 _CHECKS_HELP = {
     "collectives": "DPL507: each collective's op, shapes and call site, compared across the ranks",
@@ -34,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         "dplint's distributed checks. NCCL runs as gloo; the GPUs are emulated, with the data on the CPU.",
         epilog=f"checks (--checks, default all):\n{listed}\n\n"
         "The findings are the linter's, in its formats (--format); a rank's own error goes to stderr with its traceback.\n"
+        "With a machine format (json, json-lines, sarif, junit, gitlab, github) and no -o, stdout holds the report\n"
+        "alone: what the script and its ranks print goes to stderr.\n"
         "torchrun's rendezvous flags (--rdzv-id, --rdzv-endpoint, --rdzv-backend, --rdzv-conf, --master-addr,\n"
         "--master-port, --node-rank, --max-restarts) are accepted and ignored: one node, dplint's own store.\n"
         "Exit status: 0 every rank joined the process group and finished with no findings, 1 findings or a\n"
@@ -106,10 +115,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         print(f"dplint run: error: `dplint run` needs the runtime extra: {_RUNTIME_EXTRA} ({error})", file=sys.stderr)
         return 2
+    from dplint.runtime.distributed.launcher import run_script
+
     target = ["-m", args.training_script] if args.module else [args.training_script]
     terminate = signal.signal(signal.SIGTERM, _terminated)
     try:
-        outcome = run_script([*target, *args.training_script_args], args.nprocs, args.timeout, checks, args.gpus, args.devices is not None)
+        # A machine format on stdout is parsed whole: the script's own prints go to stderr, beside dplint's notes.
+        prints_to_stderr = args.format not in (None, *HUMAN_FORMATS) and not args.output_file
+        outcome = run_script(
+            [*target, *args.training_script_args], args.nprocs, args.timeout, checks, args.gpus, args.devices is not None, prints_to_stderr
+        )
     except KeyboardInterrupt:  # before the ranks started
         print("dplint run: interrupted; the ranks were stopped", file=sys.stderr)
         return 130
