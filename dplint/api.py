@@ -24,7 +24,7 @@ from dplint.engine import (
     source_file,
     source_files,
 )
-from dplint.analysis.facts import FileFacts, ProjectFacts, collect_file_facts
+from dplint.analysis.facts import FileFacts, ProjectFacts, collect_file_facts, fact_digest
 from dplint.finding import Finding
 from dplint.codes import PREVIEW_CODES, STATIC_CODES
 
@@ -40,6 +40,7 @@ class LintResult:
     files: int = 0  # files looked at
     checked: List[Path] = field(default_factory=list)  # those files
     parsed: int = 0  # files linted afresh (not from the cache)
+    unparsed: int = 0  # files whose syntax nothing checked (torch's own modules, where no rule looks)
 
 
 def default_settings(select: Optional[Iterable[str]] = None) -> Settings:
@@ -72,7 +73,9 @@ def lint_paths(
     result = LintResult(files=len(sources), checked=files)
 
     scanned = _scan_project(sources, settings, store, jobs, progress)
-    project = ProjectFacts.build([entry.facts for entry in scanned.values() if entry.facts is not None], _root_of(settings))
+    facts = [entry.facts for entry in scanned.values() if entry.facts is not None]
+    digests = {entry.facts.filename: entry.facts_digest for entry in scanned.values() if entry.facts is not None}
+    project = ProjectFacts.build(facts, _root_of(settings), digests)
 
     cached: List[Tuple[SourceFile, FileResult]] = []
     to_check: List[Tuple[SourceFile, Optional[FileFacts]]] = []
@@ -104,6 +107,7 @@ def lint_paths(
     result.parsed = len(to_check)
     for source, file_result in cached + list(zip((s for s, _ in to_check), checked)):
         result.findings.extend(relocated(f, source.path) for f in file_result.findings)
+        result.unparsed += file_result.unparsed
         result.internal_errors.extend(file_result.internal_errors)
     for path, reason in problems:
         result.findings.append(parse_error_finding(source_file(path), Unreadable(f"cannot read: {reason}")))
@@ -142,7 +146,7 @@ def _scan_project(
     for source, (facts, digest) in zip(to_scan, run_parallel(scan, to_scan, jobs, settings, None, advance if progress else None)):
         stamp = stamps[source.filename]
         if digest and stamp is not None:
-            scanned[source.filename] = Scanned(stamp, digest, facts)
+            scanned[source.filename] = Scanned(stamp, digest, facts, fact_digest(facts) if facts is not None else "")
             store.store_scan(source.filename, scanned[source.filename])
     return scanned
 

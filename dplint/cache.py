@@ -62,6 +62,7 @@ class Scanned:
     stamp: Stamp
     content_hash: str
     facts: Optional[FileFacts]
+    facts_digest: str = ""  # `fact_digest(facts)`: a warm run's project digest reads these, not the facts
 
 
 @dataclass

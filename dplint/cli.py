@@ -196,6 +196,9 @@ def run(args: argparse.Namespace) -> int:
         if nothing_checked and not args.silent and not args.quiet:
             print("No Python files found under the given path(s)", file=sys.stderr)
         if not (args.quiet or args.silent):
+            if result.unparsed:
+                plural = "s" if result.unparsed != 1 else ""
+                print(f"dplint: {result.unparsed} file{plural} of torch's own sources not parsed: no rule looks at them, so their syntax is unchecked.", file=sys.stderr)
             for pattern in unmatched_per_file_ignores(settings, result.checked):
                 print(f"dplint: warning: per-file-ignores pattern `{pattern}` matches no file checked.", file=sys.stderr)
         if args.diff and not errors:

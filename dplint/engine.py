@@ -27,9 +27,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tupl
 from dplint.config import Settings
 from dplint.analysis.facts import FileFacts, ProjectFacts, collect_file_facts, module_identity
 from dplint.analysis.outline import Outline
-from dplint.finding import Edit, Finding, Fix, Location
-from dplint.rule import Report, Rule
-from dplint.suppression import SuppressionRule, Suppressions, noqa_directives
+from dplint.finding import Edit, Finding, Fix, Location, display_path
+from dplint.rule import Report, Rule, SuppressionRule
+from dplint.noqa import Suppressions, noqa_directives
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 # libcst's parser is quadratic in the depth of left-recursive chains (`x.t().t()…`, `x[0][0]…`):
@@ -54,6 +54,7 @@ class InternalError:
 class FileResult:
     findings: Tuple[Finding, ...] = ()
     internal_errors: Tuple[InternalError, ...] = ()
+    unparsed: bool = False  # no rule looked at it, and nothing parsed it: its syntax is unchecked
 
 
 @dataclass(frozen=True)
@@ -516,9 +517,11 @@ def _check_file(
         for rule in enabled
         if (in_program or not rule.distributed_programs_only) and rule.applies_to(searched, classes, project)
     ]
+    if not rules and (facts is None or facts.parses is not False):
+        # A file no rule looks at is not parsed again: pass 1 parsed every project file (a syntax error
+        # is DPL000 wherever it is); a torch library's own module it did not, and the run says how many.
+        return FileResult(unparsed=facts is None or facts.parses is None)
     try:
-        # Even where no rule looks: a file that does not parse is never "checked and clean". CPython's
-        # parser alone (no libcst) added a third to a cold lint of torch's sources, most of them no rule's (README).
         tree = parse_python(text)
         if not rules:
             return FileResult()
@@ -681,17 +684,6 @@ def _reported(result: R, on_result: Optional[Callable[[], None]]) -> R:
     if on_result is not None:
         on_result()
     return result
-
-
-def display_path(path: "os.PathLike[str] | str", cwd: Optional[str] = None) -> str:
-    cwd = cwd or os.getcwd()
-    absolute = os.path.abspath(path)
-    if absolute.startswith(cwd + os.sep):
-        return absolute[len(cwd) + 1 :]
-    try:
-        return os.path.relpath(absolute, cwd)
-    except ValueError:  # another drive on Windows
-        return str(path)
 
 
 def source_files(paths: Sequence[Path]) -> List[SourceFile]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Tuple
 
@@ -70,3 +71,14 @@ class Finding:
 
     def sort_key(self):
         return (self.path, self.location, self.code)
+
+
+def display_path(path: "os.PathLike[str] | str", cwd: Optional[str] = None) -> str:
+    """A path as findings show it: relative to the current folder when inside it, else as it was given."""
+    cwd = cwd or os.getcwd()
+    absolute = os.path.abspath(path)
+    if absolute == cwd:
+        return "."
+    if absolute.startswith(cwd + os.sep):
+        return absolute[len(cwd) + 1 :]
+    return absolute if os.path.isabs(path) else os.path.normpath(path)

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tup
 import pytest
 
 DEFAULT_SIMULATED_DEVICES = 2
+DEFAULT_RANKS = 2
 _STATE = pytest.StashKey["_PluginState"]()
 
 
@@ -34,7 +35,7 @@ def _positive_number(value: Any) -> bool:
 
 
 def _check_names(value: Any) -> bool:
-    from dplint.run_cli import ALL_CHECKS
+    from dplint.run_options import ALL_CHECKS
 
     return isinstance(value, (list, tuple)) and all(name in ALL_CHECKS for name in value)
 
@@ -206,10 +207,18 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Optional[bool]:
     marker = pyfuncitem.get_closest_marker("dplint")
     if marker is None or "ranks" not in marker.kwargs:
         return None
-    from dplint.runtime.distributed.pytest_support import ranks_for, run_on_ranks
+    from dplint.runtime.distributed.pytest_support import run_on_ranks
 
-    ranks = ranks_for(pyfuncitem)
-    return None if ranks is None else run_on_ranks(pyfuncitem, ranks)
+    return run_on_ranks(pyfuncitem, _ranks(pyfuncitem, marker.kwargs["ranks"]))
+
+
+def _ranks(item: pytest.Item, ranks: Any) -> int:
+    """`dplint(ranks=N)`; `ranks=True` takes --dplint-ranks / dplint_ranks, else 2."""
+    if ranks is True:
+        ranks = positive_int_setting(item.config, "ranks") or DEFAULT_RANKS
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
+        raise pytest.UsageError(f"{item.nodeid}: dplint(ranks=...) must be a positive int or True, got {ranks!r}")
+    return ranks
 
 
 @pytest.hookimpl(hookwrapper=True)

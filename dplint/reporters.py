@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from dplint.docs import reference_url
-from dplint.finding import Finding, Fix, Location
+from dplint.finding import Finding, Fix, Location, display_path
 
 SourceLines = Callable[[str], Optional[List[str]]]
 
@@ -35,8 +35,6 @@ def summary(findings: Sequence[Finding], unsafe: bool = False) -> str:
 
 def shown_here(filename: str) -> str:
     """A path as the human and JSON formats show the finding's own: relative to the current folder."""
-    from dplint.engine import display_path
-
     return display_path(Path(filename))
 
 

@@ -6,13 +6,16 @@ import inspect
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterable, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, ClassVar, Iterable, List, Optional, Sequence, Tuple, Union
+
+from dplint.finding import Finding, Fix, Location
 
 if TYPE_CHECKING:
     import libcst as cst
 
     from dplint.analysis.context import FileContext
     from dplint.finding import FileReference
+    from dplint.noqa import NoqaDirective, Suppressions
     from dplint.analysis.facts import ProjectFacts
     from dplint.analysis.outline import Outline
     from dplint.analysis.patterns import GuardedPattern
@@ -130,3 +133,28 @@ class WrappedForwardRule(Rule):
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: "ProjectFacts") -> bool:
         return project.wraps_any(module_classes) and super().applies_to(text, module_classes, project)
+
+
+class SuppressionRule(Rule):
+    """A rule about the noqa directives themselves: it runs after every other rule of the file, on what
+    the suppression pass recorded, and returns located findings rather than reports on nodes."""
+
+    # Needs every static rule a directive names to have run (the engine runs deselected ones quietly).
+    judges_use: ClassVar[bool] = False
+
+    def check_directives(self, ctx: "FileContext", directives: List["NoqaDirective"], suppressions: "Suppressions") -> Iterable[Finding]:
+        raise NotImplementedError
+
+    def finding(self, ctx: "FileContext", row: int, columns: Tuple[int, int], message: str, help: str, fix: Optional[Fix] = None) -> Finding:
+        return Finding(
+            code=self.code,
+            name=self.name,
+            severity=self.severity,
+            message=message,
+            help=help,
+            path=ctx.path,
+            filename=ctx.filename,
+            location=Location(row, columns[0]),
+            end_location=Location(row, columns[1]),
+            fix=fix,
+        )

@@ -14,19 +14,8 @@ from typing import Any, List, Optional, Sequence, TextIO
 
 from dplint.cli import FORMATS, HUMAN_FORMATS, use_colour
 from dplint.finding import Finding
+from dplint.run_options import ALL_CHECKS, CHECKS_HELP, DEFAULT_TIMEOUT
 
-DEFAULT_TIMEOUT = 30.0
-# Here, not in the launcher: `dplint run --help` and the pytest plugin list them without importing torch.
-ALL_CHECKS = ("collectives", "samplers", "sharding", "divergence", "checkpoints", "unused-parameters")
-
-_CHECKS_HELP = {
-    "collectives": "DPL507: each collective's op, shapes and call site, compared across the ranks",
-    "samplers": "DPL501, DPL503, DPL513: DistributedSampler epochs and settings",
-    "sharding": "DPL503: the ranks' first training batches",
-    "divergence": "DPL504, DPL511, DPL520: the replicas' parameters after each optimizer step",
-    "checkpoints": "DPL505: the same path saved from several ranks",
-    "unused-parameters": "DPL521: the parameters without a gradient",
-}
 # torchrun's rendezvous and restart flags: accepted and ignored (one node, dplint's own store), said once.
 _RENDEZVOUS = ("rdzv-id", "rdzv-endpoint", "rdzv-backend", "rdzv-conf", "master-addr", "master-port", "node-rank", "max-restarts")
 _RUNTIME_EXTRA = "pip install '.[runtime]' in a clone of dplint (pip install 'dplint[runtime]' once it is published)"
@@ -34,7 +23,7 @@ _RUNTIME_EXTRA = "pip install '.[runtime]' in a clone of dplint (pip install 'dp
 
 def build_parser() -> argparse.ArgumentParser:
     width = max(map(len, ALL_CHECKS))
-    listed = "\n".join(f"  {name:<{width}}  {_CHECKS_HELP[name]}" for name in ALL_CHECKS)
+    listed = "\n".join(f"  {name:<{width}}  {CHECKS_HELP[name]}" for name in ALL_CHECKS)
     parser = argparse.ArgumentParser(
         prog="dplint run",
         description="Run a torchrun training script on N CPU processes joined in a gloo process group, with "

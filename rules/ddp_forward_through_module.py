@@ -8,7 +8,8 @@ import libcst as cst
 from dplint.analysis.names import Body, child_blocks, dotted, run_visitor
 from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.analysis.ddp import DDP, USES_DISTRIBUTED, ScopeInfo, argument, calls_in, is_literal, iter_scopes, passed_parameters, scope_calls, wrapped_names
+from dplint.analysis.ddp import USES_DISTRIBUTED, ScopeInfo, argument, calls_in, is_literal, iter_scopes, passed_parameters, scope_calls
+from dplint.analysis.wrapping import wrapped_names
 from dplint.rules.wrapper_attribute_access import WRAPPER_ATTRIBUTES
 
 NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"})
@@ -23,9 +24,9 @@ def ddp_models(ctx: FileContext) -> Dict[int, FrozenSet[str]]:
     def compute() -> Dict[int, FrozenSet[str]]:
         scopes = list(iter_scopes(ctx.module))
         by_name = {(s.owner.name.value if s.owner else None, s.node.name.value): s for s in scopes if s.node is not None}
-        found: Dict[int, Set[str]] = {id(s.node): set(wrapped_names(ctx, s, DDP)) for s in scopes}
+        found: Dict[int, Set[str]] = {id(s.node): set(wrapped_names(ctx, s)) for s in scopes}
         for scope in scopes:
-            names = wrapped_names(ctx, scope, DDP)
+            names = wrapped_names(ctx, scope)
             if not names:
                 continue
             for call in scope_calls(scope):

@@ -11,7 +11,8 @@ from dplint.analysis.names import dotted
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.analysis.ddp import DDP, USES_DISTRIBUTED, argument, calls_in, iter_scopes, iter_statements, wrap_of
+from dplint.analysis.ddp import USES_DISTRIBUTED, argument, calls_in, iter_scopes, iter_statements
+from dplint.analysis.wrapping import DDP_CLASSES, wrapper_call
 
 CASTS = frozenset({"half", "double", "bfloat16"})
 MOVES = frozenset({"to", "cuda", "cpu"})
@@ -229,7 +230,7 @@ def _on_some_ranks_only(ctx: FileContext, node: cst.CSTNode) -> bool:
 def _wrap(ctx: FileContext, small: cst.BaseSmallStatement, moved: Set[str]) -> Optional[_Wrap]:
     if not isinstance(small, cst.Assign):
         return None
-    call = wrap_of(ctx, small.value, DDP)
+    call = wrapper_call(ctx, small.value, DDP_CLASSES)
     if call is None:
         return None
     module = argument(call, "module", 0)

@@ -15,7 +15,6 @@ from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.ddp import (
     NAMES_A_DISTRIBUTED_MODEL,
     USES_DISTRIBUTED,
-    DDP,
     FSDP,
     FSDP_COLLECTIVE_METHODS,
     ScopeInfo,
@@ -25,8 +24,8 @@ from dplint.analysis.ddp import (
     iter_scopes,
     passed_parameters,
     scope_calls,
-    wrapped_names,
 )
+from dplint.analysis.wrapping import FSDP_CLASSES, wrapped_names
 
 
 
@@ -89,11 +88,11 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
     if owner in FSDP and method in FSDP_COLLECTIVE_METHODS:
         return [Collective(f"`FSDP.{method}()`", call)]
     target = dotted(call.func)
-    if target is not None and target in wrapped_names(ctx, scope, DDP):
+    if target is not None and target in wrapped_names(ctx, scope):
         return [Collective(f"the forward of DDP model `{target}`", call, buffers_only=True)]
     if isinstance(call.func, cst.Attribute) and call.func.attr.value == "state_dict":
         receiver = dotted(call.func.value)
-        if receiver is not None and receiver in wrapped_names(ctx, scope, FSDP):
+        if receiver is not None and receiver in wrapped_names(ctx, scope, FSDP_CLASSES):
             return [Collective(f"FSDP `{receiver}.state_dict()`", call)]
     return []
 
@@ -119,7 +118,7 @@ def collectives_of(ctx: FileContext, callees: _Callees, scope: ScopeInfo, block:
             else:
                 found.append(Collective(f"`{callee.node.name.value}()`, which calls {inner[0].what}", call))
             continue
-        forwarded = _forwards_through_parameter(ctx, call, callee, wrapped_names(ctx, scope, DDP))
+        forwarded = _forwards_through_parameter(ctx, call, callee, wrapped_names(ctx, scope))
         if forwarded:
             found.append(Collective(f"`{callee.node.name.value}()` (a DDP forward)", call, buffers_only=True))
     return found

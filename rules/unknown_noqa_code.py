@@ -6,8 +6,8 @@ from typing import Iterable, List
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
 from dplint.finding import Finding
-from dplint.rule import Invalid, Valid
-from dplint.suppression import DPL_CODE, NoqaDirective, Suppressions, SuppressionRule
+from dplint.rule import Invalid, SuppressionRule, Valid
+from dplint.noqa import DPL_CODE, NoqaDirective, Suppressions
 
 
 class UnknownNoqaCode(SuppressionRule):

@@ -5,8 +5,8 @@ from typing import Iterable, List, Optional, Sequence
 
 from dplint.analysis.context import FileContext
 from dplint.finding import Edit, Finding, Fix, Location
-from dplint.rule import Invalid, Valid
-from dplint.suppression import NoqaCode, NoqaDirective, Suppressions, SuppressionRule
+from dplint.rule import Invalid, SuppressionRule, Valid
+from dplint.noqa import NoqaCode, NoqaDirective, Suppressions
 
 
 class UnusedNoqa(SuppressionRule):

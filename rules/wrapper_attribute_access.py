@@ -11,7 +11,7 @@ from dplint.analysis.names import run_visitor
 from dplint.analysis.wrapping import WrapSite, describe, handled_names, holder, scopes
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
-from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 # What DataParallel and DistributedDataParallel have themselves: nn.Module's API and the wrappers' own
 # (DistributedDataParallel's public attributes and methods as of torch 2.13, read from its source).
@@ -79,6 +79,12 @@ class WrapperAttributeAccess(Rule):
     inner.use_dropout = False
     ```
 
+    ## Fix safety
+    Where the name holds the wrapper on every path (an unconditional wrap), the fix reads or sets the
+    attribute on `.module`. It is unsafe: a method called through `.module` runs on the wrapped model
+    alone, outside the wrapper's forward (on one GPU for DataParallel; without DDP's gradient sync).
+    A conditional wrap gets no fix: `getattr(m, "module", m)` is the user's choice of where to put it.
+
     ## Known problems
     A wrapper passed in as an argument is followed only when every use of the function in the project
     is a call that passes one, and no file that wraps nothing imports the function's module (its calls
@@ -96,6 +102,7 @@ class WrapperAttributeAccess(Rule):
     name = "wrapper-attribute-access"
     summary = "An attribute read or set on a DataParallel/DDP wrapper instead of the wrapped `.module`."
     triggers = _WRAP_ASSIGNMENT
+    fix_applicability = ("unsafe",)
 
     VALID = [
         Valid(
@@ -252,6 +259,11 @@ class WrapperAttributeAccess(Rule):
             logits = model.fc(features)
             """,
             line=3,
+            expected_fix="""
+            import torch.nn as nn
+            model = nn.DataParallel(model)
+            logits = model.module.fc(features)
+            """,
         ),
         Invalid(
             """
@@ -265,6 +277,16 @@ class WrapperAttributeAccess(Rule):
             model.use_checkpointing = True
             """,
             line=8,
+            expected_fix="""
+            import torch.nn as nn
+
+            class Encoder(nn.Module):
+                def forward(self, x):
+                    return checkpoint(self.layers, x) if self.use_checkpointing else self.layers(x)
+
+            model = nn.DataParallel(Encoder())
+            model.module.use_checkpointing = True
+            """,
         ),
         Invalid(
             """
@@ -387,11 +409,16 @@ class WrapperAttributeAccess(Rule):
             else:
                 holds = "is" if unconditional else "may be"
                 message = f"`{shown}` {holds} the {wrapper} wrapper ({where}), which has no `{name}`."
+            fix = None
+            if unconditional:
+                inner = f"{ctx.code(attribute.value)}.module"
+                fix = FixSpec(f"Use `{shown}.module.{name}`", (NodeEdit(attribute.value, inner),), applicability="unsafe")
             yield Report(
                 node=attribute,
                 message=message,
                 help=f"Use `{shown}.module.{name}`, or `getattr({shown}, \"module\", {shown}).{name}` where the wrap is conditional.",
                 statement=small,
+                fix=fix,
             )
 
 

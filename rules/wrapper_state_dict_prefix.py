@@ -701,21 +701,23 @@ def _assigned_name(small: cst.BaseSmallStatement) -> Optional[str]:
 
 
 def _hand_stripping(
-    ctx: FileContext, body: Body, context: str, function: Optional[cst.FunctionDef] = None, top: Optional[cst.CSTNode] = None
+    ctx: FileContext, body: Body, context: str, function: Optional[str] = None, top: Optional[cst.CSTNode] = None
 ) -> Iterator[Report]:
     """Stripping expressions in the statements of a body; `context` is the text of the enclosing
     `if` tests and loop headers (a `k.startswith("module.")` guard, a `for k, v in state.items()`),
-    `function` the function they are in (None: the module's top level, where `top` is the top-level
-    statement they are in)."""
+    `function` the text of the function they are in (None: the module's top level, where `top` is the
+    top-level statement they are in)."""
     for statement in body:
         if function is None and body is ctx.module.body:
             top = statement
         if isinstance(statement, (cst.SimpleStatementLine, cst.BaseSmallStatement)):
             for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else (statement,):
+                if not _strips_by_hand(ctx.code(small)):
+                    continue
                 # A function's own text tells whether it tests the prefix, and what it loads; at the top
                 # level, the statement around it does the first, the whole file the second.
-                scope = ctx.code(function) if function is not None else ctx.code(top) if top is not None else ctx.code(small)
-                for node, problem in _strippings(ctx, small, context, scope, ctx.code(function) if function is not None else ctx.source):
+                scope = function if function is not None else ctx.code(top) if top is not None else ctx.code(small)
+                for node, problem in _strippings(ctx, small, context, scope, function if function is not None else ctx.source):
                     yield Report(node=node, message=problem, help=_STRIP_HELP, statement=small)
         elif isinstance(statement, cst.BaseCompoundStatement):
             header = ""
@@ -724,7 +726,11 @@ def _hand_stripping(
             elif isinstance(statement, cst.For):
                 header = ctx.code(statement.iter)
             inner = "" if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) else f"{context} {header}"
-            within = statement if isinstance(statement, cst.FunctionDef) else function
+            within = function
+            if isinstance(statement, cst.FunctionDef):
+                if not _strips_by_hand(ctx.code(statement)):
+                    continue
+                within = ctx.code(statement)
             for block in child_blocks(statement):
                 yield from _hand_stripping(ctx, block, inner, within, top)
 

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from dplint.finding import Finding
 from dplint.runtime.distributed import LaunchError, launch
 from dplint.runtime.distributed.analysis import findings as analyse
-from dplint.runtime.distributed.channel import display_path
+from dplint.finding import display_path
 from dplint.run_cli import main as run_main
 
 PROGRAMS = Path(__file__).parent / "distributed_programs"

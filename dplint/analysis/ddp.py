@@ -256,52 +256,6 @@ def is_backward_call(call: cst.Call) -> bool:
 # ----- names bound to a DDP/FSDP wrapper ------------------------------------------------------------
 
 
-def wrap_of(ctx: FileContext, expr: Optional[cst.BaseExpression], wrappers: FrozenSet[str] = DDP) -> Optional[cst.Call]:
-    """The wrapper call `expr` evaluates to on some path: `DDP(m)`, `DDP(m) if distributed else m`."""
-    if isinstance(expr, cst.Call) and ctx.qualify(expr.func) in wrappers:
-        return expr
-    if isinstance(expr, cst.IfExp):
-        return wrap_of(ctx, expr.body, wrappers) or wrap_of(ctx, expr.orelse, wrappers)
-    return None
-
-
-def wrapped_names(ctx: FileContext, scope: ScopeInfo, wrappers: FrozenSet[str] = DDP) -> FrozenSet[str]:
-    """Dotted names the scope binds to a wrapper, and the `self.<attr>` its class binds to one."""
-    key = f"ddp-wrapped:{id(scope.node)}:{sorted(wrappers)}"
-    return ctx.memo(key, lambda: _wrapped_names(ctx, scope, wrappers))
-
-
-def _wrapped_names(ctx: FileContext, scope: ScopeInfo, wrappers: FrozenSet[str]) -> FrozenSet[str]:
-    names: Set[str] = set()
-    for small in iter_statements(scope):
-        names.update(_wrap_targets(ctx, small, wrappers))
-    if scope.owner is not None:
-        names.update(_class_wrapped_attributes(ctx, scope.owner, wrappers))
-    return frozenset(names)
-
-
-def _wrap_targets(ctx: FileContext, small: cst.BaseSmallStatement, wrappers: FrozenSet[str]) -> List[str]:
-    if isinstance(small, cst.Assign) and wrap_of(ctx, small.value, wrappers) is not None:
-        return [name for name in (dotted(t.target) for t in small.targets) if name is not None]
-    if isinstance(small, cst.AnnAssign) and wrap_of(ctx, small.value, wrappers) is not None:
-        name = dotted(small.target)
-        return [name] if name else []
-    return []
-
-
-def _class_wrapped_attributes(ctx: FileContext, owner: cst.ClassDef, wrappers: FrozenSet[str]) -> FrozenSet[str]:
-    return ctx.memo(f"ddp-class-wrapped:{id(owner)}:{sorted(wrappers)}", lambda: _scan_class_wrapped_attributes(ctx, owner, wrappers))
-
-
-def _scan_class_wrapped_attributes(ctx: FileContext, owner: cst.ClassDef, wrappers: FrozenSet[str]) -> FrozenSet[str]:
-    found: Set[str] = set()
-    for statement in block_body(owner.body):
-        if isinstance(statement, cst.FunctionDef):
-            for small in iter_statements(ScopeInfo(statement, block_body(statement.body), None)):
-                found.update(name for name in _wrap_targets(ctx, small, wrappers) if name.startswith("self."))
-    return frozenset(found)
-
-
 def module_functions(module: cst.Module) -> Dict[str, cst.FunctionDef]:
     """The file's top-level functions by name."""
     return {statement.name.value: statement for statement in module.body if isinstance(statement, cst.FunctionDef)}

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, partial
 from typing import (
+    TYPE_CHECKING,
     Callable,
     Dict,
     FrozenSet,
@@ -33,8 +34,10 @@ from typing import (
     Union,
 )
 
-from dplint.analysis.execution import ExecutionModel, ExecutionSummary, summarize
 from dplint.analysis.modules import ModuleIndex, absolute_module
+
+if TYPE_CHECKING:
+    from dplint.analysis.execution import ExecutionModel, ExecutionSummary
 from dplint.analysis.patterns import GuardedPattern
 
 # Third-party packages that import torch when imported; importing one counts as importing torch.
@@ -223,7 +226,10 @@ class FileFacts:
     nested_imports: Tuple[str, ...] = ()
     parallel_helpers: Tuple[ParallelHelper, ...] = ()
     # Its functions, calls and assignments, for where each statement of a distributed program runs.
-    execution: Optional[ExecutionSummary] = None
+    # Left out of `repr`: the project's digest takes it apart (see `ProjectFacts.digest_for`).
+    execution: Optional[ExecutionSummary] = field(default=None, repr=False)
+    # Whether CPython parses it, as far as this pass parsed it (None: it did not need to).
+    parses: Optional[bool] = None
     checkpoint_loads: Tuple[CheckpointLoad, ...] = ()
     # Its functions that strip the `module.` prefix from a state dict (by name).
     prefix_helpers: Tuple[str, ...] = ()
@@ -296,11 +302,18 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
     imports = scan_imports(text, package)
     tensor_values = scan_tensor_values(text, module_name, package)
     parse = cache(partial(_parse, text))
-    distributed = scan_distributed(text, parse)
-    execution = _execution_summary(text, module_name, package, parse)
-    loads, prefix_helpers = scan_checkpoint_loads(text, path, parse)
-    module_attributes = _module_attributes(text, parse)
+    # A torch library's own module starts no program's group, reads no `--local_rank` and takes no part in
+    # a program's calls: its functions are called from outside (nor is it parsed for that: most of the
+    # cost of linting torch's sources).
+    library = is_torch_module(module_name)
+    distributed = scan_distributed(text, _unparsed if library else parse)
+    # A stub (`.pyi`) declares, it runs nothing.
+    execution = None if library or filename.endswith(".pyi") else _execution_summary(text, module_name, package, parse)
+    # Nor does it load a project's checkpoints, or build a project's models.
+    loads, prefix_helpers = ((), ()) if library else scan_checkpoint_loads(text, path, parse)
+    module_attributes = () if library else _module_attributes(text, parse)
     sys_path_names = _sys_path_names(text)
+    parses = parse() is not None if parse.cache_info().currsize else None  # type: ignore[attr-defined]
     if distributed is not None and (distributed.entry or distributed.run_calls):
         # A script's own imports made inside its functions belong to its program too.
         distributed = replace(distributed, lazy_imports=scan_imports(text, package, _INDENTED_IMPORT_LINE, submodules=True))
@@ -330,6 +343,7 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
             prefix_helpers=prefix_helpers,
             module_attributes=module_attributes,
             sys_path_names=sys_path_names,
+            parses=parses,
         )
 
     if not (wrapping or tensors):
@@ -370,6 +384,7 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
         prefix_helpers=prefix_helpers,
         module_attributes=module_attributes,
         sys_path_names=sys_path_names,
+        parses=parses,
     )
 
 # A wrap is a call of `DataParallel`/`data_parallel` (or `DistributedDataParallel`), by name or by an
@@ -1325,8 +1340,10 @@ class ProjectFacts:
     2,000-file project asks about a handful of modules, not about every import of every file.
     """
 
-    def __init__(self, files: Sequence[FileFacts] = (), root: Optional[str] = None) -> None:
+    def __init__(self, files: Sequence[FileFacts] = (), root: Optional[str] = None, fact_digests: Optional[Mapping[str, str]] = None) -> None:
+        """`fact_digests`: each file's `fact_digest`, where already known (the cache keeps them)."""
         self.files: Dict[str, FileFacts] = {facts.filename: facts for facts in files}
+        self._fact_digests = fact_digests or {}
         path_names: Dict[str, Set[str]] = {}
         for facts in files:
             if facts.sys_path_names:
@@ -1352,8 +1369,8 @@ class ProjectFacts:
         self._imports_torch: Dict[str, bool] = {}
 
     @classmethod
-    def build(cls, files: Sequence[FileFacts], root: Optional[str] = None) -> "ProjectFacts":
-        return cls(files, root)
+    def build(cls, files: Sequence[FileFacts], root: Optional[str] = None, fact_digests: Optional[Mapping[str, str]] = None) -> "ProjectFacts":
+        return cls(files, root, fact_digests)
 
     @cached_property
     def rank_predicates(self) -> FrozenSet[str]:
@@ -1426,8 +1443,10 @@ class ProjectFacts:
         return frozenset(name for facts in self.files.values() for name in facts.module_attributes)
 
     @cached_property
-    def execution(self) -> ExecutionModel:
+    def execution(self) -> "ExecutionModel":
         """Where the functions of the project's programs run (the DDP rules' one question)."""
+        from dplint.analysis.execution import ExecutionModel  # the rules' pass only: a warm run never needs it
+
         summaries = {name: facts.execution for name, facts in self.files.items() if facts.execution is not None}
         imported = {
             target
@@ -1591,8 +1610,8 @@ class ProjectFacts:
     def digest(self) -> str:
         """Changes whenever a fact that any file's rules may read changes, execution summaries aside (a
         summary changes with nearly every edit; `digest_for` adds those a file depends on)."""
-        text = repr(sorted((name, replace(facts, execution=None)) for name, facts in self.files.items()))
-        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+        digests = sorted((name, self._fact_digests.get(name) or fact_digest(facts)) for name, facts in self.files.items())
+        return hashlib.blake2b(repr(digests).encode(), digest_size=16).hexdigest()
 
     def digest_for(self, filename: str) -> str:
         """The key of a file's cached check: `digest`, and the execution summaries of the files its
@@ -1602,9 +1621,11 @@ class ProjectFacts:
 
     @cached_property
     def _import_components(self) -> Dict[str, str]:
-        """Each file → the digest of the summaries of its import graph's connected part."""
-        imported_by, _ = _import_graph(self.files, self.index)
-        parent = {name: name for name in self.files}
+        """Each file with a summary → the digest of the summaries of its import graph's connected part
+        (a file without one, a torch library's own module, has its part in no program's calls)."""
+        summarised = {name: facts for name, facts in self.files.items() if facts.execution is not None}
+        imported_by, _ = _import_graph(summarised, self.index)
+        parent = {name: name for name in summarised}
 
         def root(name: str) -> str:
             while parent[name] != name:
@@ -1617,7 +1638,7 @@ class ProjectFacts:
                 if target in parent and importer in parent:
                     parent[root(importer)] = root(target)
         members: Dict[str, List[str]] = {}
-        for name in self.files:
+        for name in summarised:
             members.setdefault(root(name), []).append(name)
         found: Dict[str, str] = {}
         for names in members.values():
@@ -1625,6 +1646,11 @@ class ProjectFacts:
             digest = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
             found.update((name, digest) for name in names)
         return found
+
+
+def fact_digest(facts: FileFacts) -> str:
+    """What a file's facts say, as a digest (the execution summary aside: it is left out of the repr)."""
+    return hashlib.blake2b(repr(facts).encode(), digest_size=16).hexdigest()
 
 
 def _common_folder(filenames: Iterable[str]) -> Optional[str]:
@@ -1884,7 +1910,7 @@ def scan_checkpoint_loads(text: str, path: str, parse: Callable[[], Optional[ast
     is there (read from the function's statements in order, and for `self.x` from its class's
     `__init__`) and whether the function copes with either kind of keys; and the names of the
     functions that strip the `module.` prefix."""
-    if "module" not in text and "load_state_dict" not in text:
+    if not (_HANDLES_PREFIX.search(text) or ("load_state_dict" in text and _READS_CHECKPOINT.search(text))):
         return (), ()
     tree = parse()
     if tree is None:
@@ -2017,11 +2043,10 @@ def _self_class_of(owner: ast.ClassDef, receiver: str) -> str:
     return ""
 
 
-def _execution_summary(text: str, module_name: str, package: str, parse: Callable[[], Optional[ast.Module]]) -> Optional[ExecutionSummary]:
-    """The summary of a file for the programs' calls (a torch library's own module takes no part: its
-    functions are called from outside)."""
-    if is_torch_module(module_name):
-        return None
+def _execution_summary(text: str, module_name: str, package: str, parse: Callable[[], Optional[ast.Module]]) -> Optional["ExecutionSummary"]:
+    """The summary of a file for the programs' calls."""
+    from dplint.analysis.execution import summarize  # imported by a cold pass only: a warm run never needs it
+
     tree = parse()
     if tree is None:
         return None
@@ -2029,6 +2054,10 @@ def _execution_summary(text: str, module_name: str, package: str, parse: Callabl
         return summarize(tree, module_name, package)
     except RecursionError:
         return None
+
+
+def _unparsed() -> Optional[ast.Module]:
+    return None
 
 
 def _parse(text: str) -> Optional[ast.Module]:

@@ -21,14 +21,17 @@ from typing import Callable, Dict, FrozenSet, Generator, Iterable, Iterator, Lis
 
 import libcst as cst
 
+from dplint.analysis.ddp import FSDP, ScopeInfo
 from dplint.analysis.facts import ATTRIBUTE_WRAPPERS, MODULE_RETURNING_METHODS, WRAPPER_KEYWORDS
 from dplint.analysis.inference import Inference
 from dplint.analysis.names import Body, block_body, child_blocks, descendants, dotted, iter_calls, iter_small_statements, run_visitor
 from dplint.analysis.context import FileContext
 
 # FSDP is not among them: its `state_dict()` keys are the inner module's (checked on torch 2.13), and
-# its `__getattr__` forwards to the wrapped module.
+# its `__getattr__` forwards to the wrapped module. `wrapped_names` follows it with its own flow.
 WRAPPER_CLASSES = ATTRIBUTE_WRAPPERS
+DDP_CLASSES = {name: wrapper for name, wrapper in ATTRIBUTE_WRAPPERS.items() if wrapper == "DistributedDataParallel"}
+FSDP_CLASSES = {name: "FullyShardedDataParallel" for name in FSDP}
 
 # A branch condition on the path: its source text and which branch (True: the `if` body).
 CONDITION_QUOTED = 40
@@ -81,20 +84,36 @@ class Point:
     path: Tuple[Condition, ...] = ()
 
 
-def wrap_call(ctx: FileContext, value: cst.BaseExpression) -> Optional[str]:
+def wrap_call(ctx: FileContext, value: cst.BaseExpression, classes: Mapping[str, str] = WRAPPER_CLASSES) -> Optional[str]:
     """The wrapper class `value` builds (through `.cuda()`, `.to(device)` chained on it), else None."""
+    built = _built_wrapper(ctx, value, classes)
+    return built[0] if built is not None else None
+
+
+def wrapper_call(ctx: FileContext, value: Optional[cst.BaseExpression], classes: Mapping[str, str]) -> Optional[cst.Call]:
+    """The call building one of `classes` that `value` evaluates to on some path: `DDP(m)`, `DDP(m).cuda()`,
+    either branch of `DDP(m) if distributed else m`."""
+    if isinstance(value, cst.IfExp):
+        return wrapper_call(ctx, value.body, classes) or wrapper_call(ctx, value.orelse, classes)
+    built = _built_wrapper(ctx, value, classes) if value is not None else None
+    return built[1] if built is not None else None
+
+
+def _built_wrapper(ctx: FileContext, value: cst.BaseExpression, classes: Mapping[str, str]) -> Optional[Tuple[str, cst.Call]]:
     while (
         isinstance(value, cst.Call)
         and isinstance(value.func, cst.Attribute)
         and value.func.attr.value in MODULE_RETURNING_METHODS
     ):
         value = value.func.value
-    if isinstance(value, cst.Call):
-        wrapper = WRAPPER_CLASSES.get(ctx.qualify(value.func) or "")
-        if wrapper is not None and not set(_keywords(value)) <= WRAPPER_KEYWORDS[wrapper]:
-            return None  # `DataParallel(net, output_dim=1)` raises TypeError: no wrapper is ever made
-        return wrapper
-    return None
+    if not isinstance(value, cst.Call):
+        return None
+    wrapper = classes.get(ctx.qualify(value.func) or "")
+    if wrapper is None:
+        return None
+    if wrapper in WRAPPER_KEYWORDS and not set(_keywords(value)) <= WRAPPER_KEYWORDS[wrapper]:
+        return None  # `DataParallel(net, output_dim=1)` raises TypeError: no wrapper is ever made
+    return wrapper, value
 
 
 def _keywords(call: cst.Call) -> List[str]:
@@ -175,8 +194,9 @@ class _HandledFinder(cst.CSTVisitor):
 class WrapFlow:
     """Walks one function (or the module) body and yields a `Point` per reachable small statement."""
 
-    def __init__(self, ctx: FileContext) -> None:
+    def __init__(self, ctx: FileContext, classes: Mapping[str, str] = WRAPPER_CLASSES) -> None:
         self.ctx = ctx
+        self.classes = classes
 
     def points(
         self,
@@ -352,7 +372,7 @@ class WrapFlow:
     def _sites(self, value: cst.BaseExpression, state, path) -> FrozenSet[WrapSite]:
         """The wraps `value` may hold: a wrap call, a call of a project function returning one, a name
         or an element of a container holding one, or either branch of `a if c else b`."""
-        wrapper = wrap_call(self.ctx, value)
+        wrapper = wrap_call(self.ctx, value, self.classes)
         if wrapper is not None:
             return frozenset({WrapSite(wrapper, path, node=value)})
         returned = self._returned(value)
@@ -404,7 +424,7 @@ class WrapFlow:
             elements = [element.value for element in value.elements]
         else:
             return frozenset()
-        wrappers = [wrap_call(self.ctx, element) for element in elements]
+        wrappers = [wrap_call(self.ctx, element, self.classes) for element in elements]
         if None in wrappers:
             return frozenset()
         return frozenset(WrapSite(wrapper, path, node=element) for wrapper, element in zip(wrappers, elements))
@@ -523,17 +543,24 @@ def class_attribute_wraps(ctx: FileContext, cls: cst.ClassDef) -> ClassWraps:
         exits: List[State] = []
         found: Dict[str, FrozenSet[WrapSite]] = {}
         for point in WrapFlow(ctx).points(block_body(method.body), exits=exits, after_call=after_call):
+            if _own_attributes(point.wrapped, self_name):
+                holds.add(name)
             for node in descendants(point.statement):
                 if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and dotted(node.func.value) == self_name:
                     called_on_self.add(node.func.attr.value)
         for state in exits:
             for key, sites in _own_attributes(state, self_name).items():
                 found[key] = found.get(key, frozenset()) | sites
+        if found:
+            holds.add(name)
         left[name] = found
         return found
 
+    holds: Set[str] = set()  # the methods that hold a wrap of `self.<attr>` somewhere
     for name in methods:
         leaves(name)
+    if not holds:
+        return ClassWraps({}, {})
     # What each method holds while it calls another on `self`, and so what that one starts with,
     # through any depth of calls (`incremental_train` wraps, `_train()` calls `replace_fc()`).
     changed = True
@@ -560,10 +587,11 @@ def class_attribute_wraps(ctx: FileContext, cls: cst.ClassDef) -> ClassWraps:
                                 into[key] = into.get(key, frozenset()) | sites
                                 changed = True
     called_elsewhere = _attribute_references(ctx)
+    self_calls = _self_calls(ctx, cls)
     leaving: Dict[str, FrozenSet[WrapSite]] = {}
     for name, found in left.items():
         # Called only as `self.<name>()` by this class's methods: what it leaves, they handle.
-        only_inside = name in called_on_self and called_elsewhere.get(name, 0) == _self_calls(ctx, cls).get(name, 0)
+        only_inside = name in called_on_self and called_elsewhere.get(name, 0) == self_calls.get(name, 0)
         if only_inside:
             continue
         for key, sites in found.items():
@@ -641,14 +669,54 @@ def scope_points(ctx: FileContext) -> Iterator[Point]:
 def scopes(ctx: FileContext) -> List[List[Point]]:
     """The points of the module body and of every function in it, one list per scope; a method
     starts with its class's `self.<attr>` wraps made in other methods, and those of its base classes
-    (this file, or the project). Computed once per file: DPL302, DPL303 and DPL514 share it."""
-    return ctx.memo("wrap-scopes", lambda: [list(points) for points in _walk_scopes(ctx)])
+    (this file, or the project). Computed once per file: DPL302, DPL303, DPL507 and DPL514 share it."""
+    return list(_points_by_scope(ctx).values())
 
 
-def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
+def _points_by_scope(ctx: FileContext) -> Dict[Optional[cst.FunctionDef], List[Point]]:
+    return ctx.memo("wrap-scopes", lambda: {node: list(points) for node, points in _walk_scopes(ctx)})
+
+
+def wrapped_names(ctx: FileContext, scope: ScopeInfo, classes: Mapping[str, str] = DDP_CLASSES) -> FrozenSet[str]:
+    """The names that may hold a wrapper of `classes` somewhere in the scope (a function, or the module's top level)."""
+    if classes is FSDP_CLASSES:
+        return ctx.memo(f"fsdp-wrapped:{id(scope.node)}", lambda: _fsdp_wrapped_names(ctx, scope))
+    kinds = set(classes.values())
+    return frozenset(
+        name
+        for point in _points_by_scope(ctx).get(scope.node, ())
+        for name, sites in point.wrapped.items()
+        if any(site.wrapper in kinds for site in sites)
+    )
+
+
+def _fsdp_wrapped_names(ctx: FileContext, scope: ScopeInfo) -> FrozenSet[str]:
+    """FSDP is no attribute-hiding wrapper, so not in the shared walk: its own walk of the scope, and
+    the `self.<attr>` that the scope's class wraps in any of its methods."""
+    if "FullyShardedDataParallel" not in ctx.source:
+        return frozenset()
+    flow = WrapFlow(ctx, FSDP_CLASSES)
+    names: Set[str] = set()
+    for point in flow.points(scope.body):
+        names.update(name for name, sites in point.wrapped.items() if _fsdp(sites))
+    if scope.owner is not None:
+        for method in block_body(scope.owner.body):
+            if isinstance(method, cst.FunctionDef):
+                exits: List[State] = []
+                for _ in flow.points(block_body(method.body), exits=exits):
+                    pass
+                names.update(name for state in exits for name, sites in state.items() if name.startswith("self.") and _fsdp(sites))
+    return frozenset(names)
+
+
+def _fsdp(sites: FrozenSet[WrapSite]) -> bool:
+    return any(site.wrapper == "FullyShardedDataParallel" for site in sites)
+
+
+def _walk_scopes(ctx: FileContext) -> Iterator[Tuple[Optional[cst.FunctionDef], Iterable[Point]]]:
     flow = WrapFlow(ctx)
     module_points = list(flow.points(ctx.module.body))
-    yield module_points
+    yield None, module_points
     module_calls: Dict[str, List[Point]] = {}  # the module's statements that call each name
     for point in module_points:
         for node in descendants(point.statement):
@@ -678,7 +746,7 @@ def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
         found.update(own[name].seen_by(method))
         return found
 
-    def walk(body: Body, cls: Optional[cst.ClassDef], top: bool = False) -> Iterator[Iterable[Point]]:
+    def walk(body: Body, cls: Optional[cst.ClassDef], top: bool = False) -> Iterator[Tuple[cst.FunctionDef, Iterable[Point]]]:
         early = _methods_run_before_the_wrap(ctx, cls, wraps_of(cls.name.value)) if cls is not None else frozenset()
         for statement in body:
             if isinstance(statement, cst.ClassDef):
@@ -694,7 +762,7 @@ def _walk_scopes(ctx: FileContext) -> Iterator[Iterable[Point]]:
                     initial = method_initial_state(
                         wraps_of(cls.name.value, statement.name.value), statement, self_name, attributes_wrapped_in(ctx, statement, self_name)
                     )
-                yield flow.points(block_body(statement.body), initial)
+                yield statement, flow.points(block_body(statement.body), initial)
                 yield from walk(block_body(statement.body), None)
             elif isinstance(statement, cst.BaseCompoundStatement):
                 for block in child_blocks(statement):

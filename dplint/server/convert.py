@@ -16,7 +16,7 @@ from pygls.workspace.position_codec import PositionCodec, ServerTextPosition
 
 from dplint.docs import reference_url
 from dplint.finding import Finding, Location
-from dplint.suppression import LINE_NOQA
+from dplint.noqa import LINE_NOQA
 
 SOURCE = "dplint"
 

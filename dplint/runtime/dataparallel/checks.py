@@ -79,7 +79,7 @@ class _Located:
         when it has no place in the user's code (a module of torch's own)."""
         if not self.filename:
             return None
-        from dplint.runtime.distributed.channel import display_path
+        from dplint.finding import display_path
 
         return runtime_finding(self.code, self.message, f"{display_path(self.filename)}:{self.lineno}", help=self.help)
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import itertools
 import json
 import linecache
-import os
 import sys
 import time
 from datetime import timedelta
 from typing import Any, Dict, List, Optional
 
+from dplint.finding import display_path
 from dplint.runtime.origins import installed_code, user_code
 
 PREFIX = "dplint/"
@@ -103,11 +103,6 @@ def guard_site(depth: int = 2) -> str:
             break
         frame = caller
     return _spot(frame)
-
-
-def display_path(filename: str) -> str:
-    cwd = os.getcwd() + os.sep
-    return filename[len(cwd):] if filename.startswith(cwd) else filename
 
 
 class Channel:

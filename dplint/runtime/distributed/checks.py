@@ -27,7 +27,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader, DistributedSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
-from dplint.runtime.distributed.channel import Channel, display_path, guard_site, site_of, user_site
+from dplint.finding import display_path
+from dplint.runtime.distributed.channel import Channel, guard_site, site_of, user_site
 from dplint.runtime.distributed.errors import DistributedPitfall, PeerFailed, SetupError
 from dplint.runtime.distributed.launcher import ALL_CHECKS
 from dplint.runtime import devices

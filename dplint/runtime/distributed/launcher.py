@@ -18,7 +18,7 @@ from dplint.runtime.distributed import channel as keys
 from dplint.runtime.distributed.analysis import _ranks as listed
 from dplint.runtime.distributed.analysis import findings as analyse
 from dplint.finding import Finding
-from dplint.run_cli import ALL_CHECKS, DEFAULT_TIMEOUT
+from dplint.run_options import ALL_CHECKS, DEFAULT_TIMEOUT
 from dplint.runtime.distributed.errors import LaunchError, RankFailure, finding_line
 
 ACTIONS = ("raise", "warn")

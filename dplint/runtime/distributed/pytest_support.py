@@ -9,32 +9,11 @@ whose values cannot be pickled fail the test with a message naming them. Fixture
 from __future__ import annotations
 
 import pickle
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import pytest
 
-DEFAULT_RANKS = 2
 DEFAULT_TEST_TIMEOUT = 30.0
-
-
-def ranks_for(item: pytest.Item) -> Optional[int]:
-    """The ranks a test asks for (None: not a distributed test); `ranks=True` takes --dplint-ranks / dplint_ranks."""
-    marker = item.get_closest_marker("dplint")
-    if marker is None or "ranks" not in marker.kwargs:
-        return None
-    ranks = marker.kwargs["ranks"]
-    if ranks is True:
-        ranks = default_ranks(item.config)
-    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
-        raise pytest.UsageError(f"{item.nodeid}: dplint(ranks=...) must be a positive int or True, got {ranks!r}")
-    return ranks
-
-
-def default_ranks(config: pytest.Config) -> int:
-    from dplint.pytest_plugin import positive_int_setting
-
-    value = positive_int_setting(config, "ranks")
-    return DEFAULT_RANKS if value is None else value
 
 
 def run_on_ranks(item: pytest.Function, ranks: int) -> bool:

@@ -53,7 +53,7 @@ def _become_rank(environment: Dict[str, str], launcher: int) -> None:
 def _syntax_error_site(error: BaseException) -> Optional[str]:
     """`file:line` that a SyntaxError of the user's code names: the script or a module it imports did not
     compile, so none of its frames ran, and only the error says where."""
-    from dplint.runtime.distributed.channel import display_path
+    from dplint.finding import display_path
     from dplint.runtime.origins import user_code
 
     if isinstance(error, SyntaxError) and error.filename and error.lineno and user_code(error.filename):
@@ -62,7 +62,7 @@ def _syntax_error_site(error: BaseException) -> Optional[str]:
 
 
 def _where(error: BaseException) -> str:
-    from dplint.runtime.distributed.channel import display_path
+    from dplint.finding import display_path
     from dplint.runtime.origins import user_code
 
     site = _syntax_error_site(error)
@@ -189,7 +189,8 @@ def run_function(environment: Dict[str, str], settings: Dict[str, Any], fn: Call
         result = fn(*args, **kwargs)
         channel.store.set(result_key(channel.rank), pickle.dumps(result))
     except BaseException as error:  # noqa: B902 - every failure is reported to the launcher, then the rank ends
-        _launcher_gone(lambda: _publish_failure(channel, checks.explained(error)))
+        failure = checks.explained(error)
+        _launcher_gone(lambda: _publish_failure(channel, failure))
         raise SystemExit(1) from None
     else:
         _finish(channel, checks)
@@ -234,10 +235,10 @@ def run_script(environment: Dict[str, str], settings: Dict[str, Any], target: Se
             failure = caught or SystemExit(f"the script exited with status {status}").with_traceback(exit.__traceback__)
             _launcher_gone(lambda: _publish_failure(channel, failure))
     except BaseException as error:  # noqa: B902 - every failure is reported to the launcher
-        error = checks.explained(error)
-        if not _quiet(channel, error):
-            _print_user_traceback(error)
-        _launcher_gone(lambda: _publish_failure(channel, error))
+        failure = checks.explained(error)
+        if not _quiet(channel, failure):
+            _print_user_traceback(failure)
+        _launcher_gone(lambda: _publish_failure(channel, failure))
         status = 1
     if status == 0:
         _launcher_gone(lambda: _finish(channel, checks))

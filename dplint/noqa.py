@@ -10,13 +10,9 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import FrozenSet, Iterable, List, Optional, Set, Tuple
 
-from dplint.finding import Finding, Fix, Location
-from dplint.rule import Rule
-
-if TYPE_CHECKING:
-    from dplint.analysis.context import FileContext
+from dplint.finding import Finding
 
 _CODES = r"(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*)"
 LINE_NOQA = re.compile(r"#\s*noqa(?::\s?" + _CODES + r")?", re.I)
@@ -123,28 +119,3 @@ class Suppressions:
         for match in LINE_NOQA.finditer(self._text):
             named |= _codes(match) - ALL
         return frozenset(named)
-
-
-class SuppressionRule(Rule):
-    """A rule about the noqa directives themselves: it runs after every other rule of the file, on what
-    the suppression pass recorded, and returns located findings rather than reports on nodes."""
-
-    # Needs every static rule a directive names to have run (the engine runs deselected ones quietly).
-    judges_use: ClassVar[bool] = False
-
-    def check_directives(self, ctx: "FileContext", directives: List[NoqaDirective], suppressions: Suppressions) -> Iterable[Finding]:
-        raise NotImplementedError
-
-    def finding(self, ctx: "FileContext", row: int, columns: Tuple[int, int], message: str, help: str, fix: Optional[Fix] = None) -> Finding:
-        return Finding(
-            code=self.code,
-            name=self.name,
-            severity=self.severity,
-            message=message,
-            help=help,
-            path=ctx.path,
-            filename=ctx.filename,
-            location=Location(row, columns[0]),
-            end_location=Location(row, columns[1]),
-            fix=fix,
-        )
