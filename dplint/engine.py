@@ -518,7 +518,7 @@ def _check_file(
     ]
     try:
         # Even where no rule looks: a file that does not parse is never "checked and clean". CPython's
-        # parser alone (no libcst) added a third to a cold lint of torch's sources, most of them no rule's (README).
+        # parser alone (no libcst) added a third to a cold lint of torch's sources, most of them no rule's (docs/performance.md).
         tree = parse_python(text)
         if not rules:
             return FileResult()
