@@ -304,19 +304,58 @@ def test_readme_local_pre_commit_config_runs_the_installed_dplint(tmp_path):
     assert good.returncode == 0 and "Passed" in good.stdout, good.stdout + good.stderr
 
 
+# The user-facing documents: the README and what it links to (the generated rule reference aside).
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
 def test_readme_install_snippets_work_from_a_clone():
-    """Nothing is published on a package index: every `pip install` in the README installs this
-    checkout (or, labelled as such, what to use once dplint is published), with extras that exist."""
+    """Nothing is published on a package index: every `pip install` in the README and the other docs
+    installs this checkout (or, labelled as such, what to use once dplint is published), with extras
+    that exist."""
     try:
         import tomllib
     except ImportError:  # Python < 3.11
         import tomli as tomllib
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     readme = (ROOT / "README.md").read_text()
-    named = re.findall(r"pip install (?:-e )?'\.\[([\w,]+)\]'", readme)
-    assert {"runtime", "server", "test"} <= set(named)
-    for extra in named:
-        assert set(extra.split(",")) <= set(extras), extra
-    for line in readme.splitlines():
-        if re.search(r"pip install (?:'|\")?dplint\b(?! @ git\+)|'dplint\[", line):  # `dplint @ git+URL`: a copy of this repository
-            assert "once" in line.lower() and "published" in line.lower(), line
+    assert {"runtime", "server", "test"} <= set(re.findall(r"pip install (?:-e )?'\.\[([\w,]+)\]'", readme))
+    for doc in DOCS:
+        text = doc.read_text()
+        for extra in re.findall(r"pip install (?:-e )?'\.\[([\w,]+)\]'", text):
+            assert set(extra.split(",")) <= set(extras), (doc.name, extra)
+        for line in text.splitlines():
+            if re.search(r"pip install (?:'|\")?dplint\b(?! @ git\+)|'dplint\[", line):  # `dplint @ git+URL`: a copy of this repository
+                assert "once" in line.lower() and "published" in line.lower(), (doc.name, line)
+
+
+def test_readme_rule_table_lists_every_rule_with_its_tier():
+    """The README's rule table: one row per rule, in the reference's order, with its code, name and tier."""
+    readme = (ROOT / "README.md").read_text()
+    body = readme.split("\n## Rules\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ")[:3] for line in body.splitlines() if line.startswith("| DPL")]
+    assert rows == [[f"| {rule.code}", rule.name, "preview" if rule.preview else "stable"] for rule in ALL_RULES]
+
+
+def _anchors(markdown: str):
+    """GitHub's anchors for a Markdown file's headings (outside code blocks)."""
+    anchors, fenced = set(), False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            anchors.add(re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-"))
+    return anchors
+
+
+def test_docs_links_lead_somewhere():
+    """Every relative link in the README and the docs names a file of this repository, and its
+    `#anchor`, when it has one, a heading of that file."""
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            if re.match(r"\w+://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (doc.parent / path).resolve() if path else doc
+            assert linked.is_file(), (doc.name, target)
+            if anchor and linked.suffix == ".md":
+                assert anchor in _anchors(linked.read_text()), (doc.name, target)
