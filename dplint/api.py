@@ -18,6 +18,7 @@ from dplint.engine import (
     check_file,
     check_task,
     parse_error_finding,
+    parse_python,
     relocated,
     run_parallel,
     scan,
@@ -41,6 +42,7 @@ class LintResult:
     checked: List[Path] = field(default_factory=list)  # those files
     parsed: int = 0  # files linted afresh (not from the cache)
     unparsed: int = 0  # files whose syntax nothing checked (torch's own modules, where no rule looks)
+    not_parsing: List[str] = field(default_factory=list)  # files no rule looks at that do not parse, as shown
 
 
 def default_settings(select: Optional[Iterable[str]] = None) -> Settings:
@@ -108,7 +110,10 @@ def lint_paths(
     for source, file_result in cached + list(zip((s for s, _ in to_check), checked)):
         result.findings.extend(relocated(f, source.path) for f in file_result.findings)
         result.unparsed += file_result.unparsed
+        if file_result.does_not_parse:
+            result.not_parsing.append(source.path)
         result.internal_errors.extend(file_result.internal_errors)
+    result.not_parsing.sort()
     for path, reason in problems:
         result.findings.append(parse_error_finding(source_file(path), Unreadable(f"cannot read: {reason}")))
     result.findings.sort(key=Finding.sort_key)
@@ -161,7 +166,13 @@ def lint_text(text: str, file: SourceFile, settings: Settings, *, cache: bool = 
         scanned = _scan_project([], settings, store, os.cpu_count() or 1)
         store.save()
         others = [entry.facts for name, entry in scanned.items() if entry.facts is not None and name != facts.filename]
-    return check_file(file, text, settings, ProjectFacts.build([facts, *others], _root_of(settings)), facts)
+    result = check_file(file, text, settings, ProjectFacts.build([facts, *others], _root_of(settings)), facts)
+    if result.does_not_parse:  # the one file asked for: its syntax error is the answer, whatever the rules
+        try:
+            parse_python(text)
+        except Unreadable as error:
+            return FileResult((parse_error_finding(file, error),))
+    return result
 
 
 def lint_source(

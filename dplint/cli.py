@@ -175,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"dplint: warning: {warning}", file=sys.stderr)
 
     nothing_checked = False
+    not_parsing: Sequence[str] = ()
     if reading_stdin:
         findings, errors, sources = lint_stdin(args.stdin_filename or "<stdin>", settings)
         if args.diff and sources and not errors:
@@ -192,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
             if progress is not None:
                 progress.close()
         findings, errors, sources = result.findings, result.internal_errors, {}
+        not_parsing = result.not_parsing
         nothing_checked = result.files == 0 and not findings
         if nothing_checked and not args.silent and not args.quiet:
             print("No Python files found under the given path(s)", file=sys.stderr)
@@ -214,12 +216,12 @@ def run(args: argparse.Namespace) -> int:
     if args.output_file:
         try:
             with open(args.output_file, "w", encoding="utf-8") as handle:
-                report(findings, args, handle, sources, show_summary=not nothing_checked)
+                report(findings, args, handle, sources, show_summary=not nothing_checked, not_parsing=not_parsing)
         except OSError as error:
             raise ConfigError(f"cannot write {args.output_file}: {error.strerror or error}") from None
     elif not args.silent:
         # "All checks passed!" would claim a check that never ran: stderr already says no file was found.
-        report(findings, args, out, sources, show_summary=not nothing_checked)
+        report(findings, args, out, sources, show_summary=not nothing_checked, not_parsing=not_parsing)
     for error in errors:
         print(f"dplint: internal error in rule {error.code} while linting {error.path}:\n{error.details}", file=sys.stderr)
     if errors:
@@ -400,7 +402,9 @@ def fix_stdin(findings: List[Finding], errors: List[InternalError], sources: Dic
     return lint_stdin(args.stdin_filename or "<stdin>", settings, fixed)
 
 
-def report(findings: List[Finding], args: argparse.Namespace, out: TextIO, sources: Dict[str, str], show_summary: bool = True) -> None:
+def report(
+    findings: List[Finding], args: argparse.Namespace, out: TextIO, sources: Dict[str, str], show_summary: bool = True, not_parsing: Sequence[str] = ()
+) -> None:
     from dplint import reporters
 
     chosen = output_format(args, out)
@@ -408,7 +412,7 @@ def report(findings: List[Finding], args: argparse.Namespace, out: TextIO, sourc
         reporters.write_statistics(findings, out, as_json=chosen == "json", unsafe=args.unsafe_fixes)
         return
     reporters.write_report(
-        chosen, findings, out, reporters.reading(sources), use_colour(args.color, out), args.unsafe_fixes, show_summary and not args.quiet
+        chosen, findings, out, reporters.reading(sources), use_colour(args.color, out), args.unsafe_fixes, show_summary and not args.quiet, not_parsing
     )
 
 

@@ -55,6 +55,7 @@ class FileResult:
     findings: Tuple[Finding, ...] = ()
     internal_errors: Tuple[InternalError, ...] = ()
     unparsed: bool = False  # no rule looked at it, and nothing parsed it: its syntax is unchecked
+    does_not_parse: bool = False  # no rule looked at it, and it does not parse: named in the run's summary
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ class StatementTrees:
         except Unreadable:
             raise
         except Exception as error:  # libcst rejects a few constructs CPython accepts
-            raise Unreadable(f"libcst cannot parse this file: {str(error).splitlines()[0]}") from None
+            raise Unreadable(f"libcst cannot parse this file, though Python can: {str(error).splitlines()[0].rstrip('.')}") from None
 
     def _joined(self, text: str, tree: ast.Module):
         """The pieces' trees joined, or None where a piece's indentation differs from the file's (the
@@ -517,14 +518,15 @@ def _check_file(
         for rule in enabled
         if (in_program or not rule.distributed_programs_only) and rule.applies_to(searched, classes, project)
     ]
-    if not rules and (facts is None or facts.parses is not False):
-        # A file no rule looks at is not parsed again: pass 1 parsed every project file (a syntax error
-        # is DPL000 wherever it is); a torch library's own module it did not, and the run says how many.
-        return FileResult(unparsed=facts is None or facts.parses is None)
+    if not rules:
+        # Not parsed again: pass 1 parsed every project file, and one that does not parse is named in the
+        # summary, not reported (a DPL000 is for a file some rule would check: on code nobody here had
+        # read, those elsewhere were test inputs, templates and vendored Python 2, moot to a user). A torch
+        # library's own module pass 1 did not parse: the run says how many.
+        parses = facts.parses if facts is not None else None
+        return FileResult(unparsed=parses is None, does_not_parse=parses is False)
     try:
         tree = parse_python(text)
-        if not rules:
-            return FileResult()
         outline = Outline.of(tree)
         rules = [rule for rule in rules if rule.applies_to_outline(outline)]
         if not rules:

@@ -19,9 +19,12 @@ def is_fixable(finding: Finding, unsafe: bool = False) -> bool:
     return finding.fix is not None and (unsafe or finding.fix.applicability == "safe")
 
 
-def summary(findings: Sequence[Finding], unsafe: bool = False) -> str:
+def summary(findings: Sequence[Finding], unsafe: bool = False, not_parsing: Sequence[str] = ()) -> str:
+    """The last line of the human formats. Files that do not parse, where no rule looks, are named there:
+    such a run is never "All checks passed!"."""
+    unchecked = _unchecked(not_parsing)
     if not findings:
-        return "All checks passed!"
+        return f"No findings; {unchecked}" if unchecked else "All checks passed!"
     fixable = sum(1 for f in findings if is_fixable(f, unsafe))
     hint = f"\n[*] {fixable} fixable with the `--fix` option." if fixable else ""
     warnings = sum(1 for f in findings if f.severity == "warning")
@@ -30,7 +33,17 @@ def summary(findings: Sequence[Finding], unsafe: bool = False) -> str:
     if warnings:
         parts.append(f"{warnings} warning{'s' * (warnings != 1)}")
     files = len({f.filename for f in findings})
-    return f"Found {' and '.join(parts)} in {files} file{'s' * (files != 1)}.{hint}"
+    found = f"Found {' and '.join(parts)} in {files} file{'s' * (files != 1)}"
+    return (f"{found}; {unchecked}" if unchecked else f"{found}.") + hint
+
+
+def _unchecked(not_parsing: Sequence[str]) -> str:
+    if not not_parsing:
+        return ""
+    shown = ", ".join(not_parsing[:3]) + (f" and {len(not_parsing) - 3} more" if len(not_parsing) > 3 else "")
+    if len(not_parsing) == 1:
+        return f"1 file does not parse and was not checked: {shown}."
+    return f"{len(not_parsing)} files do not parse and were not checked: {shown}."
 
 
 def shown_here(filename: str) -> str:
@@ -43,11 +56,13 @@ def concise_line(finding: Finding, unsafe: bool = False) -> str:
     return f"{finding.path}:{finding.location.row}:{finding.location.column}: {finding.code}{marker} {finding.message_for(shown_here)}"
 
 
-def write_concise(findings: Sequence[Finding], out: TextIO, unsafe: bool = False, show_summary: bool = True) -> None:
+def write_concise(
+    findings: Sequence[Finding], out: TextIO, unsafe: bool = False, show_summary: bool = True, not_parsing: Sequence[str] = ()
+) -> None:
     for finding in findings:
         out.write(concise_line(finding, unsafe) + "\n")
     if show_summary:
-        out.write(summary(findings, unsafe) + "\n")
+        out.write(summary(findings, unsafe, not_parsing) + "\n")
 
 
 def _location(location: Location) -> Dict[str, int]:
@@ -130,18 +145,26 @@ def full_frame(finding: Finding, lines: Optional[List[str]], unsafe: bool = Fals
 
 
 def write_full(
-    findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, colour: bool, unsafe: bool = False, show_summary: bool = True
+    findings: Sequence[Finding],
+    out: TextIO,
+    source_lines: SourceLines,
+    colour: bool,
+    unsafe: bool = False,
+    show_summary: bool = True,
+    not_parsing: Sequence[str] = (),
 ) -> None:
     if colour:
-        _write_full_coloured(findings, out, source_lines, unsafe, show_summary)
+        _write_full_coloured(findings, out, source_lines, unsafe, show_summary, not_parsing)
         return
     for finding in findings:
         out.write("\n".join(full_frame(finding, source_lines(finding.filename), unsafe)) + "\n")
     if show_summary:
-        out.write(summary(findings, unsafe) + "\n")
+        out.write(summary(findings, unsafe, not_parsing) + "\n")
 
 
-def _write_full_coloured(findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, unsafe: bool, show_summary: bool) -> None:
+def _write_full_coloured(
+    findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, unsafe: bool, show_summary: bool, not_parsing: Sequence[str]
+) -> None:
     from rich.console import Console
     from rich.markup import escape
 
@@ -161,7 +184,7 @@ def _write_full_coloured(findings: Sequence[Finding], out: TextIO, source_lines:
             else:
                 console.print(escape(line))
     if show_summary:
-        console.print(f"[bold]{escape(summary(findings, unsafe))}[/bold]")
+        console.print(f"[bold]{escape(summary(findings, unsafe, not_parsing))}[/bold]")
 
 
 # ----- formats for CI systems ---------------------------------------------------------------------------
@@ -454,7 +477,14 @@ def reading(sources: Optional[Dict[str, str]] = None) -> SourceLines:
 
 
 def write_report(
-    chosen: str, findings: Sequence[Finding], out: TextIO, source_lines: SourceLines, colour: bool, unsafe: bool = False, show_summary: bool = True
+    chosen: str,
+    findings: Sequence[Finding],
+    out: TextIO,
+    source_lines: SourceLines,
+    colour: bool,
+    unsafe: bool = False,
+    show_summary: bool = True,
+    not_parsing: Sequence[str] = (),
 ) -> None:
     """The findings in the format `chosen` (one of the CLI's `--format` choices but statistics)."""
     if chosen == "json":
@@ -470,6 +500,6 @@ def write_report(
     elif chosen == "gitlab":
         write_gitlab(findings, out, source_lines)
     elif chosen == "concise":
-        write_concise(findings, out, unsafe, show_summary)
+        write_concise(findings, out, unsafe, show_summary, not_parsing)
     else:
-        write_full(findings, out, source_lines, colour, unsafe, show_summary)
+        write_full(findings, out, source_lines, colour, unsafe, show_summary, not_parsing)

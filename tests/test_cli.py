@@ -267,13 +267,28 @@ def test_syntax_error_names_its_line(tmp_path):
 
 
 def test_a_file_that_does_not_parse_never_passes_though_no_rule_looks_at_it(tmp_path):
-    # None of the rules' trigger words: no rule needs its tree, yet it was not checked.
+    # None of the rules' trigger words: no rule would check it, so no DPL000; the summary names it instead.
     write(tmp_path, "bad.py", "import os\ndef f(:\n    pass\n")
     for run in ("cold", "from the cache"):
         result = dplint(".", cwd=tmp_path)
-        assert result.returncode == 1, run
-        [line] = finding_lines(result.stdout)
-        assert line.startswith("bad.py:2:") and " DPL000 syntax error: " in line, (run, line)
+        assert (result.returncode, result.stdout) == (0, "No findings; 1 file does not parse and was not checked: bad.py.\n"), run
+    write(tmp_path, "good.py", DISCARDED)
+    for name in ("more.py", "other.py", "last.py"):
+        write(tmp_path, f"sub/{name}", "print 'python 2'\n")
+    result = dplint(".", cwd=tmp_path)
+    assert result.returncode == 1 and "good.py:3:1: DPL101" in result.stdout
+    assert "Found 1 error in 1 file; 4 files do not parse and were not checked: bad.py, sub/last.py, sub/more.py and 1 more.\n" in result.stdout
+
+
+def test_a_file_some_rule_would_check_that_does_not_parse_is_dpl000(tmp_path):
+    write(tmp_path, "bad.py", "import torch\nmodel = torch.nn.DataParallel(net\n")
+    [line] = finding_lines(dplint(".", cwd=tmp_path).stdout)
+    assert line.startswith("bad.py:2:") and " DPL000 " in line
+
+
+def test_standard_input_that_does_not_parse_is_dpl000_whatever_it_holds(tmp_path):
+    result = dplint("-", cwd=tmp_path, stdin="import os\ndef f(:\n    pass\n")
+    assert result.returncode == 1 and result.stdout.startswith("<stdin>:2:7: DPL000 syntax error: invalid syntax.")
 
 
 def test_missing_and_unreadable_paths(tmp_path):
