@@ -263,3 +263,187 @@ def test_a_test_runner_importing_every_test_does_not_join_them_into_one_program(
     write(tmp_path, "tests/test_single.py", SAVE_EVERY_EPOCH.replace("from utils import collate\n", "collate = None\n"))
     write(tmp_path, "tests/runner.py", "import unittest\nimport test_ddp, test_single\n\nif __name__ == '__main__':\n    unittest.main()\n")
     assert codes(lint(tmp_path, select=("DPL505",))) == []
+
+
+SPAWNED_SAVE = """
+import argparse
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--multiprocessing-distributed", action="store_true")
+parser.add_argument("--rank", type=int, default=0)
+
+def main_worker(gpu, ngpus_per_node, args):
+    args.rank = args.rank * ngpus_per_node + gpu
+    dist.init_process_group("nccl", rank=args.rank)
+    for epoch in range(3):
+        if {guard}:
+            torch.save({{}}, "checkpoint.pth")
+
+if __name__ == "__main__":
+    args = parser.parse_args()
+    {before_spawn}
+    mp.spawn(main_worker, nprocs=4, args=(4, args))
+"""
+
+
+def test_a_rank_test_beside_a_flag_for_runs_without_a_group_is_the_main_process_test(tmp_path):
+    # pytorch/examples imagenet, simsiam: the flag tells one-process runs; in a group the rank test decides.
+    guard = "not args.multiprocessing_distributed or (args.multiprocessing_distributed and args.rank % ngpus_per_node == 0)"
+    write(tmp_path, "main.py", SPAWNED_SAVE.format(guard=guard, before_spawn="pass"))
+    assert codes(lint(tmp_path, select=("DPL505",))) == []
+    # semseg: the option is also assigned, under a condition; the command line's value still counts.
+    write(tmp_path, "main.py", SPAWNED_SAVE.format(guard=guard, before_spawn="if torch.cuda.device_count() == 1:\n        args.multiprocessing_distributed = False"))
+    assert codes(lint(tmp_path, select=("DPL505",))) == []
+    # The flag alone guards nothing between the ranks.
+    write(tmp_path, "main.py", SPAWNED_SAVE.format(guard="not args.multiprocessing_distributed or epoch == 2", before_spawn="pass"))
+    assert codes(lint(tmp_path, select=("DPL505",))) == [("main.py", 16, "DPL505")]
+
+
+def test_an_option_updated_in_place_keeps_what_the_command_line_gave(tmp_path):
+    # CodeBERT: `--local_rank` made global with `+=`; `in [-1, 0]` is then rank 0 alone.
+    script = """
+    import argparse
+    import torch
+    import torch.distributed as dist
+
+    def train(args, model):
+        for epoch in range(3):
+            if {guard}:
+                torch.save(model.state_dict(), "model.bin")
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=-1)
+        parser.add_argument("--node_index", type=int, default=0)
+        args = parser.parse_args()
+        if args.local_rank != -1:
+            dist.init_process_group("nccl")
+            args.local_rank += args.node_index * 8
+        train(args, torch.nn.Linear(2, 2))
+
+    main()
+    """
+    write(tmp_path, "run.py", script.format(guard="args.local_rank in [-1, 0]"))
+    assert codes(lint(tmp_path, select=("DPL505",))) == []
+    write(tmp_path, "run.py", script.format(guard="epoch == 2"))
+    assert codes(lint(tmp_path, select=("DPL505",))) == [("run.py", 9, "DPL505")]
+
+
+def test_a_predicate_whose_elif_branches_all_return_holds_where_they_say(tmp_path):
+    # asv-subtools: `if horovod: ... elif ddp: return rank == 0` and `return True` for one process.
+    utils = """
+    import torch.distributed as dist
+
+    def use_horovod():
+        return False
+
+    def is_main_training():
+        if use_horovod():
+            return True
+        elif dist.is_initialized():
+            if dist.get_rank() == 0:
+                return True
+            {otherwise}
+        return True
+    """
+    train = "import torch, torch.distributed as dist\nimport utils\n\ndist.init_process_group('nccl')\nfor epoch in range(3):\n    if utils.is_main_training():\n        torch.save({}, 'model.pt')\n"
+    write(tmp_path, "utils.py", utils.format(otherwise="else:\n                return False"))
+    write(tmp_path, "train.py", train)
+    assert codes(lint(tmp_path, select=("DPL505",))) == []
+    # Without the `else`, the other ranks fall through to `return True`.
+    write(tmp_path, "utils.py", utils.format(otherwise="pass"))
+    assert codes(lint(tmp_path, select=("DPL505",))) == [("train.py", 7, "DPL505")]
+
+
+def test_set_epoch_in_a_function_defined_inside_the_worker_counts(tmp_path):
+    # PyTorch-Encoding: `def train(epoch): train_sampler.set_epoch(epoch)` inside `main_worker`.
+    script = """
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    def main_worker(gpu, dataset):
+        dist.init_process_group("nccl", rank=gpu, world_size=2)
+        train_sampler = DistributedSampler(dataset)
+        loader = DataLoader(dataset, sampler=train_sampler)
+
+        def train(epoch):
+            {set_epoch}
+            for batch in loader:
+                pass
+
+        for epoch in range(10):
+            train(epoch)
+
+    if __name__ == "__main__":
+        mp.spawn(main_worker, nprocs=2, args=(list(range(8)),))
+    """
+    write(tmp_path, "train_dist.py", script.format(set_epoch="train_sampler.set_epoch(epoch)"))
+    assert codes(lint(tmp_path, select=("DPL501",))) == []
+    write(tmp_path, "train_dist.py", script.format(set_epoch="pass"))
+    assert codes(lint(tmp_path, select=("DPL501",))) == [("train_dist.py", 8, "DPL501")]
+
+
+def test_a_program_that_builds_no_sampler_in_a_group_does_not_need_set_epoch(tmp_path):
+    # DBNet, yolov7: the evaluation script calls the same loader builder in one process.
+    write(tmp_path, "data.py", DATA)
+    write(tmp_path, "train.py", TRAIN.format(set_epoch="loader.sampler.set_epoch(epoch)") + "\nmain(load(), build())\n")
+    write(tmp_path, "eval.py", "from data import build_loader\n\nfor epoch in range(3):\n    for batch in build_loader(range(8)):\n        pass\n")
+    assert codes(lint(tmp_path, select=("DPL501",))) == []
+    # A second program that starts a group and never steps the sampler is still reported.
+    write(tmp_path, "finetune.py", TRAIN.format(set_epoch="pass") + "\nmain(load(), build())\n")
+    assert codes(lint(tmp_path, select=("DPL501",))) == [("data.py", 5, "DPL501")]
+
+
+def test_a_predicate_that_calls_itself_in_its_own_condition_is_followed_a_few_calls_deep(tmp_path):
+    # coremltools: a helper whose branch tests a call of itself; following it without end was a DPL000.
+    write(tmp_path, "train.py", """
+    import torch
+    import torch.distributed as dist
+
+    def is_leader(level=0):
+        if level < 3 and is_leader(level + 1):
+            return True
+        return dist.get_rank() == 0
+
+    dist.init_process_group("gloo")
+    for epoch in range(3):
+        if is_leader():
+            dist.barrier()
+        torch.save({}, "model.pt")
+    """)
+    assert codes(lint(tmp_path)) == [("train.py", 14, "DPL505")]
+
+
+def test_a_parameter_passed_through_keyword_unpacking_holds_what_the_caller_put_there(tmp_path):
+    # transformer-lm: `kwargs["device_id"] = i; main(**kwargs)` under spawn; `is_main = device_id in {0, None}`.
+    script = """
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    def main(n_devices=2, device_id=None):
+        is_main = device_id in {{0, None}}
+        dist.init_process_group("nccl", rank=device_id, world_size=n_devices)
+
+        def save():
+            {early_exit}
+            torch.save({{}}, "model.pt")
+
+        for step in range(3):
+            save()
+
+    def _main_mp(i, kwargs):
+        kwargs["device_id"] = i
+        return main(**kwargs)
+
+    if __name__ == "__main__":
+        mp.spawn(_main_mp, ({{"n_devices": 2}},), 2)
+    """
+    write(tmp_path, "main.py", script.format(early_exit="if not is_main:\n                return"))
+    assert codes(lint(tmp_path, select=("DPL505",))) == []
+    write(tmp_path, "main.py", script.format(early_exit="pass"))
+    assert codes(lint(tmp_path, select=("DPL505",))) == [("main.py", 12, "DPL505")]

@@ -199,6 +199,7 @@ class _Scope:
         self.locals: Set[str] = set()
         self.globals: Set[str] = set()
         self.imported: Set[str] = set()  # names bound only by an import: they name what they import
+        self.nested: Dict[str, str] = {}  # functions defined in this function → qualified
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -241,9 +242,11 @@ class Symbols:
             elif isinstance(node, ast.Call):
                 self.calls.setdefault(id(statement), []).append(node)
             if isinstance(node, _FUNCTIONS):
+                name = f"{holder}.{node.name}"
                 if in_class is None:
                     scope.locals.add(node.name)
-                name = f"{holder}.{node.name}"
+                    if scope is not self.module_scope:
+                        scope.nested[node.name] = name
                 inner = _Scope(f"{self.module}:{name[len(self.module) + 1:]}", scope, in_class)
                 arguments = node.args
                 for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg):
@@ -288,6 +291,8 @@ class Symbols:
         current: Optional[_Scope] = scope
         while current is not None:
             if name in current.locals and current is not self.module_scope:
+                if name in current.nested:
+                    return ("ref", current.nested[name])
                 return ("v", f"L:{current.key}:{name}")
             if name in current.imported and name in self.aliases:
                 return ("ref", self.aliases[name])
@@ -350,7 +355,7 @@ class Symbols:
             return self.call(node, scope)
         if isinstance(node, ast.JoinedStr):
             return ("fmt", *(self.expr(value.value, scope) for value in node.values if isinstance(value, ast.FormattedValue)))
-        if isinstance(node, (ast.Tuple, ast.List)):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
             return ("tuple", *(self.expr(element, scope) for element in node.elts))
         if isinstance(node, ast.Subscript):
             return self._subscript(node, scope)
@@ -485,6 +490,20 @@ def _exits(body: Sequence[ast.stmt]) -> bool:
     return False
 
 
+def _after_if(statement: ast.If, test: Expr, symbols: Symbols, scope: _Scope) -> Guard:
+    """The literals that hold after an `if` whose branches may leave: `if a: return` … `elif b: return`."""
+    body_exits, else_exits = _exits(statement.body), _exits(statement.orelse)
+    if body_exits and not else_exits:
+        after = tuple(split(test, False))
+        if len(statement.orelse) == 1 and isinstance(statement.orelse[0], ast.If):
+            inner = statement.orelse[0]
+            after += _after_if(inner, symbols.expr(inner.test, scope), symbols, scope)
+        return after
+    if else_exits and not body_exits:
+        return tuple(split(test, True))
+    return ()
+
+
 def guarded_statements(body: Sequence[ast.stmt], symbols: Symbols, scope: _Scope, guard: Guard = ()) -> Iterator[Tuple[ast.stmt, Guard]]:
     """Every statement of a function's body (not of the functions and classes it defines), in order,
     with the literals that hold whenever it runs: the tests of the branches it is in, and of the early
@@ -497,11 +516,7 @@ def guarded_statements(body: Sequence[ast.stmt], symbols: Symbols, scope: _Scope
             test = symbols.expr(statement.test, scope)
             yield from guarded_statements(statement.body, symbols, scope, guard + tuple(split(test, True)))
             yield from guarded_statements(statement.orelse, symbols, scope, guard + tuple(split(test, False)))
-            body_exits, else_exits = _exits(statement.body), _exits(statement.orelse)
-            if body_exits and not else_exits:
-                guard = guard + tuple(split(test, False))
-            elif else_exits and not body_exits:
-                guard = guard + tuple(split(test, True))
+            guard = guard + _after_if(statement, test, symbols, scope)
         elif isinstance(statement, ast.While):
             test = symbols.expr(statement.test, scope)
             yield from guarded_statements(statement.body, symbols, scope, guard + tuple(split(test, True)))
@@ -627,7 +642,7 @@ def _summarize_body(node: ast.AST, name: str, body: Sequence[ast.stmt], symbols:
             line = inner.lineno
             qualified = callee[1] if callee[0] == "q" else ""
             arguments = tuple(symbols.expr(argument, scope) for argument in inner.args if not isinstance(argument, ast.Starred))
-            keywords = tuple((keyword.arg, symbols.expr(keyword.value, scope)) for keyword in inner.keywords if keyword.arg)
+            keywords = tuple((keyword.arg or "**", symbols.expr(keyword.value, scope)) for keyword in inner.keywords)
             if qualified in GROUP_STARTERS:
                 starts.append((guard, line))
             if qualified in GROUP_WRAPPERS:
@@ -1334,17 +1349,17 @@ class Evaluation:
         self._functions = functions  # the program's own: only their assignments count (None: every function's)
         self._values: Dict[str, Value] = {}
 
-    def guard_truth(self, guard: Guard, filename: str, within: Truth = ALWAYS, bindings: Optional[Mapping[str, Value]] = None) -> Truth:
+    def guard_truth(self, guard: Guard, filename: str, within: Truth = ALWAYS, bindings: Optional[Mapping[str, Value]] = None, depth: int = 0) -> Truth:
         found = within
         for literal in guard:
-            found = found & self.literal_truth(literal, filename, bindings)
+            found = found & self.literal_truth(literal, filename, bindings, depth)
             if found == NEVER:
                 break
         return found
 
-    def literal_truth(self, literal: Tuple[Expr, bool], filename: str, bindings: Optional[Mapping[str, Value]] = None) -> Truth:
+    def literal_truth(self, literal: Tuple[Expr, bool], filename: str, bindings: Optional[Mapping[str, Value]] = None, depth: int = 0) -> Truth:
         test, holds = literal
-        found = truth_of(self.value(test, filename, bindings))
+        found = truth_of(self.value(test, filename, bindings, depth))
         return found if holds else ~found
 
     # -- values --------------------------------------------------------------------------------------
@@ -1382,9 +1397,14 @@ class Evaluation:
         if kind in ("and", "or"):
             values = [self.value(part, filename, bindings, depth) for part in expr[1:]]
             if any(value[0] == "bool" for value in values):
-                found = truth_of(values[0])
-                for value in values[1:]:
-                    found = (found & truth_of(value)) if kind == "and" else (found | truth_of(value))
+                truths = [truth_of(value) for value in values]
+                if kind == "or" and any(varies(("bool", truth)) for truth in truths):
+                    # `not args.multiprocessing_distributed or args.rank % ngpus == 0`: beside a rank test, a
+                    # test alike on every rank says which runs have no group; in a group, the rank test decides.
+                    truths = [truth if varies(("bool", truth)) else Truth(truth[0] + truth[GROUP_WORLDS].replace("U", "F")) for truth in truths]
+                found = truths[0]
+                for truth in truths[1:]:
+                    found = (found & truth) if kind == "and" else (found | truth)
                 return ("bool", found)
             result = values[0]
             for value in values[1:]:
@@ -1449,7 +1469,7 @@ class Evaluation:
                     # A predicate: it holds where one of its `return`s gives true, under that return's conditions.
                     holds = NEVER
                     for guard, value in values:
-                        holds = holds | (self.guard_truth(guard, target[0], ALWAYS, own) & truth_of(value))
+                        holds = holds | (self.guard_truth(guard, target[0], ALWAYS, own, depth + 1) & truth_of(value))
                     result: Optional[Value] = ("bool", holds)
                 else:
                     result = None
@@ -1478,7 +1498,11 @@ class Evaluation:
     def variable(self, key: str) -> Value:
         if key in self._values:
             return self._values[key]
-        self._values[key] = UNIFORM_VALUE  # a cycle adds nothing
+        # An option's attribute (`args.local_rank`) also holds what the command line or a config gave it:
+        # what `args.local_rank += ...` reads, and what it holds wherever no assignment surely runs.
+        option = key.startswith("A:")
+        given = (_by_name(key.rpartition(".")[2]) or UNIFORM_VALUE) if option else UNIFORM_VALUE
+        self._values[key] = given  # a cycle adds nothing more
         found: Optional[Value] = None
         flags: List[Tuple[Truth, Truth]] = []  # (where assigned, the truth assigned) of each boolean value
         for (filename, _), guard, value in self.model.assignments(key, self._functions):
@@ -1499,6 +1523,8 @@ class Evaluation:
             letters = []
             for world in range(len(WORLDS)):
                 seen = {truth[world] for where, truth in flags if where[world] != "F"}
+                if option and not any(where[world] == "T" for where, _ in flags):
+                    seen.add(truth_of(given)[world])
                 letters.append(seen.pop() if len(seen) == 1 else "Q" if "Q" in seen or (by_rank and world) else "U")
             flag: Value = ("bool", Truth("".join(letters)))
             found = flag if found is None else join(found, flag)
@@ -1529,6 +1555,12 @@ class Evaluation:
                 passed = dict(site.keywords).get(param)
                 if passed is None and 0 <= position < len(site.arguments):
                     passed = site.arguments[position]
+                unpacked = dict(site.keywords).get("**")
+                if passed is None and unpacked is not None and unpacked[0] == "v":
+                    # `kwargs["device_id"] = i` … `main(**kwargs)`: the entry the caller put there.
+                    entry = f"A:{unpacked[1].rpartition(':')[2]}.{param}"
+                    if self.model.assignments(entry, self._functions):
+                        passed = ("v", entry)
                 if passed is None:
                     passed = dict(function.defaults).get(param)
                 value = self.value(passed, caller[0]) if passed is not None else None
@@ -1658,12 +1690,18 @@ class FileExecution:
         return truth or VARIES
 
     def programs_call(self, line: int, method: str) -> Optional[bool]:
-        """Whether every program that reaches the function at the line calls `<anything>.<method>(...)`
-        somewhere in its own code (None: no program is known to reach it)."""
-        found = self._function_at(line)
+        """Whether every program that runs the statement at the line in a process group calls
+        `<anything>.<method>(...)` somewhere in its own code (None: no program is known to)."""
+        found = self._statement(line)
         if found is None:
             return None
-        programs = [program for program in self.model.programs if (self.filename, found[0]) in program.truth]
+        name, _, guard = found
+        function = (self.filename, name)
+        programs = [
+            program
+            for program in self.model.programs
+            if function in program.truth and Where(program.evaluation.guard_truth(guard, self.filename, program.truth[function])).in_group
+        ]
         if not programs:
             return None
         return all(any(self.model.calls_method(function, method) for function in program.truth) for program in programs)
