@@ -40,6 +40,7 @@ STATIC_CODES = {
     "DPL513": True,
     "DPL514": True,
     "DPL515": True,
+    "DPL516": True,
 }
 # The codes that only the runtime hooks check.
 RUNTIME_ONLY_CODES = frozenset({
@@ -59,6 +60,7 @@ PREVIEW_CODES = frozenset({
     "DPL508",
     "DPL511",
     "DPL514",
+    "DPL516",
 })
 # Every rule's name and its code: a name is accepted wherever a code is.
 CODES_BY_NAME = {
@@ -101,6 +103,7 @@ CODES_BY_NAME = {
     "distributed-sampler-seed-per-rank": "DPL513",
     "data-parallel-inside-ddp": "DPL514",
     "optimizer-before-fsdp-wrap": "DPL515",
+    "global-rank-as-device": "DPL516",
     "replica-divergence": "DPL520",
     "unused-parameters": "DPL521",
     "model-outside-strategy-scope": "DPL601",

@@ -15,6 +15,7 @@ from dplint.rules.ddp_missing_set_device import MissingSetDevice
 from dplint.rules.ddp_data_parallel_inside_ddp import DataParallelInsideDdp
 from dplint.rules.ddp_optimizer_before_fsdp import OptimizerBeforeFsdpWrap
 from dplint.rules.ddp_forward_through_module import ForwardThroughDdpModule
+from dplint.rules.ddp_global_rank_as_device import GlobalRankAsDevice
 from dplint.rules.ddp_loader_not_sharded import TrainingLoaderNotSharded
 from dplint.rules.ddp_local_rank_argument import LocalRankArgument
 from dplint.rules.ddp_sampler_set_epoch import DistributedSamplerSeedPerRank, DistributedSamplerWithoutSetEpoch
@@ -85,6 +86,7 @@ CHECKS: List[Type[Rule]] = [
     DistributedSamplerSeedPerRank,
     DataParallelInsideDdp,
     OptimizerBeforeFsdpWrap,
+    GlobalRankAsDevice,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [

@@ -8,7 +8,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional,
 import libcst as cst
 
 from dplint.analysis.facts import CheckpointLoad, ProjectFacts
-from dplint.analysis.names import Body, child_blocks, child_nodes, dotted, iter_calls, names_in, run_visitor, signed_integer_value
+from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, dotted, iter_calls, names_in, run_visitor, signed_integer_value
 from dplint.analysis.wrapping import Point, WrapFlow, WrapSite, describe, handled_names, holder, scopes
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
@@ -719,9 +719,17 @@ def _hand_stripping(
                 scope = function if function is not None else ctx.code(top) if top is not None else ctx.code(small)
                 for node, problem in _strippings(ctx, small, context, scope, function if function is not None else ctx.source):
                     yield Report(node=node, message=problem, help=_STRIP_HELP, statement=small)
+        elif isinstance(statement, cst.If):
+            # Each branch of an `if`/`elif` chain is guarded by its own test (an `else` by none of them).
+            branch: Optional[cst.CSTNode] = statement
+            while isinstance(branch, cst.If):
+                yield from _hand_stripping(ctx, block_body(branch.body), f"{context} {ctx.code(branch.test)}", function, top)
+                branch = branch.orelse
+            if isinstance(branch, cst.Else):
+                yield from _hand_stripping(ctx, block_body(branch.body), context, function, top)
         elif isinstance(statement, cst.BaseCompoundStatement):
             header = ""
-            if isinstance(statement, (cst.If, cst.While)):
+            if isinstance(statement, cst.While):
                 header = ctx.code(statement.test)
             elif isinstance(statement, cst.For):
                 header = ctx.code(statement.iter)

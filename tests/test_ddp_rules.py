@@ -447,3 +447,31 @@ def test_a_parameter_passed_through_keyword_unpacking_holds_what_the_caller_put_
     assert codes(lint(tmp_path, select=("DPL505",))) == []
     write(tmp_path, "main.py", script.format(early_exit="pass"))
     assert codes(lint(tmp_path, select=("DPL505",))) == [("main.py", 12, "DPL505")]
+
+
+def test_the_global_rank_from_a_copy_of_the_environment_is_not_a_gpu_index(tmp_path):
+    # pytorch/examples distributed/ddp/example.py: `rank = int(env_dict["RANK"])`, then `.to(rank)` in the worker.
+    script = """
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def demo_basic(rank):
+        model = torch.nn.Linear(2, 2).to(rank)
+        ddp_model = DDP(model, device_ids=[rank])
+
+    def main():
+        env_dict = {key: os.environ[key] for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+        rank = int(env_dict["{variable}"])
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl")
+        demo_basic(rank)
+
+    if __name__ == "__main__":
+        main()
+    """
+    write(tmp_path, "example.py", script.replace("{variable}", "RANK"))
+    assert codes(lint(tmp_path, select=("DPL516",))) == [("example.py", 8, "DPL516"), ("example.py", 9, "DPL516"), ("example.py", 14, "DPL516")]
+    write(tmp_path, "example.py", script.replace("{variable}", "LOCAL_RANK"))
+    assert codes(lint(tmp_path, select=("DPL516",))) == []

@@ -1105,6 +1105,25 @@ def test_a_save_that_a_load_breaks_on_names_the_load():
     assert finding.help.startswith("Save `getattr(model, \"module\", model).state_dict()`") and "load such checkpoints into" in finding.help
 
 
+def test_a_load_that_copes_or_loads_no_model_is_not_the_breaking_load():
+    saved = """
+    import torch
+    import torch.nn as nn
+    model = nn.DataParallel(Net())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.save({"state_dict": model.state_dict(), "optimizer": optimizer.state_dict()}, "a.pt")
+    checkpoint = torch.load("a.pt")
+    {load}
+    """
+    # An optimizer's `load_state_dict` reads no module keys; a loader that drops the first dotted part copes.
+    for load in ('optimizer.load_state_dict(checkpoint["optimizer"])',
+                 'Net().load_state_dict({".".join(k.split(".")[1:]): v for k, v in checkpoint["state_dict"].items()})'):
+        assert [f.code for f in lint_source(textwrap.dedent(saved.replace("{load}", load)).lstrip("\n"), "case.py", select=["DPL303"])] == []
+    # A bare model loading the keys as saved breaks.
+    found = lint_source(textwrap.dedent(saved.replace("{load}", 'Net().load_state_dict(checkpoint["state_dict"])')).lstrip("\n"), "case.py", select=["DPL303"])
+    assert [(f.location.row, f.code) for f in found] == [(5, "DPL303")]
+
+
 DPL304_CASES = {
     "a scratch attribute reset at every call and read only in forward is harmless": (
         """
@@ -1594,6 +1613,19 @@ STRIPPING_FORMS_CASES = {
         names = {".".join(k.split(".")[1:]) for k in config.keys()}
         def transfer(model, weights):  # pytorch-openpose: the model's `model0.` keys matched to converted weights
             return {name: weights[".".join(name.split(".")[1:])] for name in model.state_dict().keys()}
+        """,
+        [],
+    ),
+    "each branch of an elif chain is guarded by its own test": (
+        """
+        import torch
+        state_dict = torch.load(args.pretrained)["state_dict"]
+        for k in list(state_dict.keys()):
+            if k.startswith("module.encoder_q") and not k.startswith("module.encoder_q.fc"):
+                state_dict[k[len("module.encoder_q."):]] = state_dict[k]
+            elif k.startswith("module") and not k.startswith("module.fc"):
+                state_dict[k[len("module."):]] = state_dict[k]
+            del state_dict[k]
         """,
         [],
     ),

@@ -213,6 +213,12 @@ class FileContext:
         """Whether the expression may hold a different value on each rank (`f"ckpt_{rank}.pt"`)."""
         return self.execution.varies(self.code(node), self.line(node))
 
+    def rank_kind(self, node: cst.BaseExpression) -> Optional[str]:
+        """"global", "local" or "any" where the expression holds a rank (`int(os.environ["RANK"])`,
+        `mp.spawn`'s process index, `dist.get_rank() % n`), else None."""
+        value = self.execution.value(self.code(node), self.line(node))
+        return value[1] if value[0] == "rank" else None
+
     def memo(self, key: str, compute: Callable[[], T]) -> T:
         """Share one analysis between the rules of a module (DPL201 and DPL202 walk the same flow)."""
         if key not in self._memo:

@@ -1299,10 +1299,7 @@ class ExecutionModel:
         """Where the function runs when called, in each program that reaches it through resolved calls."""
         return [(program.truth[function_id], program.evaluation) for program in self.programs if function_id in program.truth]
 
-    # -- what the names hold, for the rules' questions outside a program's conditions -----------------
-
-    def value(self, expr: Expr, filename: str) -> Value:
-        return self.default_evaluation.value(expr, filename)
+    # -- what the names hold: parameters and assignments ---------------------------------------------
 
     @cached_property
     def _parameters(self) -> Dict[str, Tuple[FunctionId, int]]:
@@ -1575,6 +1572,12 @@ _TESTS = frozenset({"v", "cmp", "has", "and", "or", "call", "attr"})
 
 def _by_name(name: str) -> Optional[Value]:
     """A value named like a rank, for a name the program never assigns (the last resort)."""
+    if name in _GLOBAL_RANK_VARIABLES:  # an entry of a copy of the environment: `env_dict["RANK"]`
+        return ("rank", "global")
+    if name in _LOCAL_RANK_VARIABLES:
+        return ("rank", "local")
+    if name in _WORLD_SIZE_VARIABLES:
+        return ("world",)
     if name in _FRAMEWORK_ATTRIBUTES:
         return _FRAMEWORK_ATTRIBUTES[name]
     if _LOCAL_RANK_NAME.match(name):
@@ -1714,7 +1717,15 @@ class FileExecution:
             return VARIES_VALUE
         found = self._function_at(line)
         scope = found[2] if found is not None else self.symbols.module_scope
-        return self.model.value(self.symbols.expr(node, scope), self.filename)
+        expr = self.symbols.expr(node, scope)
+        # In each program that reaches the function (its own assignments: another program's module of the
+        # same name does not count), or where none does, as the whole project shows it.
+        evaluations = [evaluation for _, evaluation in self._evaluations(found[0])] if found is not None else []
+        value: Optional[Value] = None
+        for evaluation in evaluations or [self.model.default_evaluation]:
+            found_value = evaluation.value(expr, self.filename)
+            value = found_value if value is None else join(value, found_value)
+        return value  # type: ignore[return-value]
 
     def varies(self, code: str, line: int) -> bool:
         """Whether an expression at the line may hold a different value on each rank (a path built from the rank)."""

@@ -1871,7 +1871,13 @@ def _run_calls(text: str) -> Tuple[str, ...]:
 _MODULE_ATTRIBUTE = re.compile(r"\bself\.(\w*module)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*(?:[\w.]+\.)?[A-Z]\w*\(")
 _READS_CHECKPOINT = re.compile(r"\b(?:torch\.load|load_checkpoint|load_state_dict_from_url|load_url|safetensors|load_file)\b|\bload\(")
 # The `module.` prefix handled by the loading function: stripped (any spelling), or the library's helper.
-_HANDLES_PREFIX = re.compile(r"""["']module\.?["']|\[\s*7\s*:|consume_prefix_in_state_dict_if_present|remove_prefix|strip_prefix""")
+_HANDLES_PREFIX = re.compile(
+    r"""["']module\.?["']|\[\s*7\s*:|split\(\s*["']\.["']\s*\)\s*\[\s*1\s*:|consume_prefix_in_state_dict_if_present|remove_prefix|strip_prefix"""
+)
+# What torch builds that has a `load_state_dict` of its own but no module keys: optimizers, schedulers, scalers.
+TORCH_STATE_CLASSES = frozenset(
+    {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS", "SparseAdam", "ASGD", "Rprop", "GradScaler"}
+)
 _WRAPPER_NAMES = ("DataParallel", "DistributedDataParallel", "DDP")
 
 
@@ -1939,6 +1945,8 @@ def scan_checkpoint_loads(text: str, path: str, parse: Callable[[], Optional[ast
                 if not (isinstance(func, ast.Attribute) and func.attr == "load_state_dict"):
                     continue
                 receiver = _ast_dotted(func.value) or ""
+                if classes.get(receiver) in TORCH_STATE_CLASSES or classes.get(receiver, "").endswith("LR"):
+                    continue  # `optimizer.load_state_dict(checkpoint["optimizer"])`: not a model's keys
                 into_wrapper = not receiver.endswith(".module") and (receiver in wrapped or receiver in wrapped_in_init)
                 model = classes.get(receiver.removesuffix(".module"), "") or (_self_class_of(owner, receiver) if owner else "")
                 if handles is None:  # at the top level: the statement around the load, not the whole file
