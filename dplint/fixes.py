@@ -14,7 +14,8 @@ def _offset(line_starts: List[int], location: Location) -> int:
 def apply_fixes(source: str, findings: Sequence[Finding], *, unsafe: bool = False) -> Tuple[str, List[Finding]]:
     """The source with every offered fix applied in one pass, and the findings whose fix was applied.
 
-    A fix whose edits overlap one already chosen is skipped (a second run picks it up)."""
+    A fix whose edits overlap one already chosen is skipped (a second run picks it up); an edit equal to
+    one already chosen is shared (two saves fixed in one file both add `import torch.distributed as dist`)."""
     line_starts = [0]
     for line in source.splitlines(keepends=True):
         line_starts.append(line_starts[-1] + len(line))
@@ -24,6 +25,7 @@ def apply_fixes(source: str, findings: Sequence[Finding], *, unsafe: bool = Fals
     for finding in sorted(fixable, key=lambda f: min(e.location for e in f.fix.edits)):  # type: ignore[union-attr]
         edits = finding.fix.edits  # type: ignore[union-attr]
         spans = [(_offset(line_starts, e.location), _offset(line_starts, e.end_location), e.content) for e in edits]
+        spans = [span for span in spans if span not in chosen]
         if any(start < end_ and end > start_ or start == start_ for start, end, _ in spans for start_, end_, _ in chosen):
             continue
         chosen.extend(spans)

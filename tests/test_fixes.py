@@ -327,6 +327,30 @@ FIXED = {
                     torch.save(model.state_dict(), "last.pt")
         """,
     ),
+    "DPL505: two saves in one file share the import their fixes add (ERNIE)": (
+        "DPL505",
+        """
+        import torch
+
+        def main(model, args):
+            torch.distributed.init_process_group("nccl")
+            for epoch in range(3):
+                torch.save(model.state_dict(), "epoch.bin")
+            torch.save(model.state_dict(), "final.bin")
+        """,
+        """
+        import torch
+        import torch.distributed as dist
+
+        def main(model, args):
+            torch.distributed.init_process_group("nccl")
+            for epoch in range(3):
+                if dist.get_rank() == 0:
+                    torch.save(model.state_dict(), "epoch.bin")
+            if dist.get_rank() == 0:
+                torch.save(model.state_dict(), "final.bin")
+        """,
+    ),
 }
 
 
