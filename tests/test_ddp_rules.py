@@ -475,3 +475,27 @@ def test_the_global_rank_from_a_copy_of_the_environment_is_not_a_gpu_index(tmp_p
     assert codes(lint(tmp_path, select=("DPL516",))) == [("example.py", 8, "DPL516"), ("example.py", 9, "DPL516"), ("example.py", 14, "DPL516")]
     write(tmp_path, "example.py", script.replace("{variable}", "LOCAL_RANK"))
     assert codes(lint(tmp_path, select=("DPL516",))) == []
+
+
+def test_a_branch_of_a_helper_is_read_with_what_each_call_passes(tmp_path):
+    # GroupFree3D: `save_checkpoint(..., save_cur=True)` on every rank, the periodic branch only under rank 0.
+    write(tmp_path, "train.py", """
+    import torch
+    import torch.distributed as dist
+
+    def save_checkpoint(state, epoch, save_cur=False):
+        if save_cur:
+            torch.save(state, "last.pth")
+        elif epoch % 10 == 0:
+            torch.save(state, f"epoch_{epoch}.pth")
+
+    def main():
+        dist.init_process_group("nccl")
+        for epoch in range(100):
+            if dist.get_rank() == 0:
+                save_checkpoint({}, epoch)
+        save_checkpoint({}, "last", save_cur=True)
+
+    main()
+    """)
+    assert codes(lint(tmp_path, select=("DPL505",))) == [("train.py", 7, "DPL505")]

@@ -1295,6 +1295,41 @@ class ExecutionModel:
         """Whether the function calls `<anything>.<method>(...)`."""
         return any(site.callee[0] == "m" and site.callee[2] == method for site in self.function(function_id).calls)
 
+    def guard_through_calls(self, program: "Program", function_id: FunctionId, guard: Guard) -> Truth:
+        """Where a statement of the function runs in the program, its guard read at each call with what
+        that call passes (`save_checkpoint(..., save_cur=True)` on every rank, the other branch only
+        under `if rank == 0:`); the entry, a spawned function, or a guard that reads no parameter, as a whole."""
+        evaluation = program.evaluation
+        joined = evaluation.guard_truth(guard, function_id[0], program.truth[function_id])
+        function = self.function(function_id)
+        prefix = self._parameter_prefix(function_id)
+        callers = self._callers.get(function_id, ())
+        reads_parameter = any(_mentions(test, prefix) for test, _ in guard)
+        if function_id == program.entry or not reads_parameter or any(spawn for *_, spawn in callers):
+            return joined
+        truth = NEVER
+        for caller, site, skipped, _ in callers:
+            if caller not in program.truth:
+                continue
+            at_site = evaluation.guard_truth(site.guard, caller[0], program.truth[caller])
+            if at_site == NEVER:
+                continue
+            keywords = dict(site.keywords)
+            if "**" in keywords or len(site.arguments) > len(function.params) - skipped:
+                return joined  # `f(**options)`, `f(*args)`: what each parameter gets is not known
+            bindings: Dict[str, Value] = {}
+            for index, param in enumerate(function.params[skipped:]):
+                passed = keywords.get(param) or (site.arguments[index] if index < len(site.arguments) else dict(function.defaults).get(param))
+                if passed is not None:
+                    bindings[prefix + param] = evaluation.value(passed, caller[0])
+            truth = truth | evaluation.guard_truth(guard, function_id[0], at_site, bindings)
+        return truth
+
+    def _parameter_prefix(self, function_id: FunctionId) -> str:
+        """The start of the variable keys of the function's parameters (`L:<module>:<function>:`)."""
+        module = self.files[function_id[0]].summary.module
+        return f"L:{module}:{function_id[1][len(module) + 1:]}:"
+
     def reaching(self, function_id: FunctionId) -> List[Tuple[Truth, "Evaluation"]]:
         """Where the function runs when called, in each program that reaches it through resolved calls."""
         return [(program.truth[function_id], program.evaluation) for program in self.programs if function_id in program.truth]
@@ -1566,6 +1601,15 @@ class Evaluation:
         return found
 
 
+def _mentions(expr: object, prefix: str) -> bool:
+    """Whether a symbolic expression reads a variable whose key starts with `prefix`."""
+    if isinstance(expr, tuple):
+        if len(expr) == 2 and expr[0] == "v" and isinstance(expr[1], str):
+            return expr[1].startswith(prefix)
+        return any(_mentions(part, prefix) for part in expr)
+    return False
+
+
 # The kinds of expression a branch can test (a mode literal is one of these).
 _TESTS = frozenset({"v", "cmp", "has", "and", "or", "call", "attr"})
 
@@ -1650,14 +1694,13 @@ class FileExecution:
         if found is None:
             return None
         name, _, guard = found
-        reaching = self._evaluations(name)
-        if not reaching:
-            return None
+        function = (self.filename, name)
         truth: Optional[Truth] = None
-        for entry, evaluation in reaching:
-            found = evaluation.guard_truth(guard, self.filename, entry)
-            truth = found if truth is None else truth | found
-        return Where(truth)  # type: ignore[arg-type]
+        for program in self.model.programs:
+            if function in program.truth:
+                found = self.model.guard_through_calls(program, function, guard)
+                truth = found if truth is None else truth | found
+        return Where(truth) if truth is not None else None
 
     def local_where(self, line: int) -> Optional[Where]:
         """Where the statement at the line runs each time its function is called: its own function's
