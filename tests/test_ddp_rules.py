@@ -499,3 +499,48 @@ def test_a_branch_of_a_helper_is_read_with_what_each_call_passes(tmp_path):
     main()
     """)
     assert codes(lint(tmp_path, select=("DPL505",))) == [("train.py", 7, "DPL505")]
+
+
+def test_a_rank_named_option_set_from_a_call_nothing_resolves_holds_a_rank(tmp_path):
+    # Voxel-R-CNN: `total_gpus, cfg.LOCAL_RANK = getattr(common_utils, "init_dist_%s" % launcher)(...)`.
+    write(tmp_path, "train.py", """
+    import torch
+    import torch.distributed as dist
+    import common_utils
+
+    def train_model(model, rank):
+        for epoch in range(3):
+            if rank == 0:
+                torch.save(model.state_dict(), "checkpoint.pth")
+
+    def main(cfg, args, model):
+        dist.init_process_group("nccl")
+        total_gpus, cfg.{name} = getattr(common_utils, "dist_info_%s" % args.launcher)(args.port)
+        train_model(model, rank=cfg.{name})
+
+    main(load_cfg(), parse(), build())
+    """.replace("{name}", "LOCAL_RANK"))
+    write(tmp_path, "common_utils.py", "import os\n\ndef dist_info_pytorch(port):\n    return 2, int(os.environ['LOCAL_RANK'])\n")
+    assert codes(lint(tmp_path, select=("DPL505",))) == []
+    # A name that says nothing about ranks stays what the program shows: alike on every rank.
+    write(tmp_path, "train.py", (tmp_path / "train.py").read_text().replace("LOCAL_RANK", "SEED"))
+    assert codes(lint(tmp_path, select=("DPL505",))) == [("train.py", 9, "DPL505")]
+
+
+def test_a_sampler_built_only_when_a_caller_says_training_is_not_the_evaluation_programs(tmp_path):
+    # Voxel-R-CNN: `build_dataloader(..., training=False)` in test.py builds no shuffling sampler.
+    write(tmp_path, "data.py", """
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    def build_dataloader(dataset, training=True):
+        if training:
+            sampler = DistributedSampler(dataset)
+        else:
+            sampler = DistributedSampler(dataset, shuffle=False)
+        return DataLoader(dataset, sampler=sampler), sampler
+    """)
+    write(tmp_path, "train.py", "import torch.distributed as dist\nfrom data import build_dataloader\n\ndist.init_process_group('nccl')\nloader, sampler = build_dataloader(range(8))\nfor epoch in range(3):\n    sampler.set_epoch(epoch)\n    for batch in loader:\n        pass\n")
+    write(tmp_path, "test.py", "import torch.distributed as dist\nfrom data import build_dataloader\n\ndist.init_process_group('nccl')\nloader, _ = build_dataloader(range(8), training={training})\nfor epoch in range(3):\n    for batch in loader:\n        pass\n".replace("{training}", "False"))
+    assert codes(lint(tmp_path, select=("DPL501",))) == []
+    write(tmp_path, "test.py", (tmp_path / "test.py").read_text().replace("training=False", "training=True"))
+    assert codes(lint(tmp_path, select=("DPL501",))) == [("data.py", 6, "DPL501")]

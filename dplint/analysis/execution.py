@@ -1542,6 +1542,10 @@ class Evaluation:
             if assigned_where == NEVER:
                 continue
             evaluated = self.value(value, filename)
+            if evaluated == UNIFORM_VALUE and value[0] in ("call", "item", "u"):
+                # What a call nothing resolves returns (`cfg.LOCAL_RANK = getattr(utils, f"init_{launcher}")(...)`)
+                # is unknown: a name that says it holds a rank holds one.
+                evaluated = _by_name(key.rpartition(":")[2].rpartition(".")[2]) or evaluated
             if evaluated[0] in ("bool", "const"):
                 flags.append((assigned_where, truth_of(evaluated)))
             else:
@@ -1746,7 +1750,7 @@ class FileExecution:
         programs = [
             program
             for program in self.model.programs
-            if function in program.truth and Where(program.evaluation.guard_truth(guard, self.filename, program.truth[function])).in_group
+            if function in program.truth and Where(self.model.guard_through_calls(program, function, guard)).in_group
         ]
         if not programs:
             return None
