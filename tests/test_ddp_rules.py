@@ -544,3 +544,13 @@ def test_a_sampler_built_only_when_a_caller_says_training_is_not_the_evaluation_
     assert codes(lint(tmp_path, select=("DPL501",))) == []
     write(tmp_path, "test.py", (tmp_path / "test.py").read_text().replace("training=False", "training=True"))
     assert codes(lint(tmp_path, select=("DPL501",))) == [("data.py", 6, "DPL501")]
+
+
+def test_a_rank_within_a_subgroup_is_not_the_global_rank(tmp_path):
+    # fast-reid, vq-vae-2: `get_local_rank()` returns `dist.get_rank(group=_LOCAL_PROCESS_GROUP)`.
+    write(tmp_path, "comm.py", "import torch.distributed as dist\n\n_LOCAL_PROCESS_GROUP = None\n\ndef get_local_rank():\n    return dist.get_rank({group})\n")
+    write(tmp_path, "train.py", "import torch\nimport torch.distributed as dist\nimport comm\n\ndist.init_process_group('nccl')\ntorch.cuda.set_device(comm.get_local_rank())\n")
+    (tmp_path / "comm.py").write_text((tmp_path / "comm.py").read_text().replace("{group}", "group=_LOCAL_PROCESS_GROUP"))
+    assert codes(lint(tmp_path, select=("DPL516",))) == []
+    (tmp_path / "comm.py").write_text((tmp_path / "comm.py").read_text().replace("group=_LOCAL_PROCESS_GROUP", ""))
+    assert codes(lint(tmp_path, select=("DPL516",))) == [("train.py", 6, "DPL516")]

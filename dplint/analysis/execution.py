@@ -1475,7 +1475,11 @@ class Evaluation:
     def _call_value(self, expr: Expr, filename: str, bindings: Optional[Mapping[str, Value]], depth: int) -> Value:
         callee, arguments, keywords = expr[1], expr[2], expr[3]
         if callee[0] == "q" and callee[1] in _LIBRARY_VALUES:
-            return _LIBRARY_VALUES[callee[1]]
+            known = _LIBRARY_VALUES[callee[1]]
+            if (arguments or keywords) and known in (("rank", "global"), ("world",)):
+                # `dist.get_rank(group=local_group)`: the rank within a subgroup (a node's, often), not the job's
+                return ("rank", "any") if known[0] == "rank" else UNIFORM_VALUE
+            return known
         if callee[0] == "m" and callee[2] in ("item", "to", "cuda", "cpu", "__call__", "format", "strip", "lower"):
             inner = self.value(callee[1], filename, bindings, depth)
             if callee[2] == "format":
