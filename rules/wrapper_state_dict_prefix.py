@@ -751,6 +751,8 @@ _GUARD = re.compile(r"""(?:startswith\(\s*|\[\s*:\s*(?:7|len\([^)]*\))\s*\]\s*==
 # A test of the prefix anywhere in the function: `head = k[:7]; if head == "module.":`, `if "module" in k:`,
 # an early return when the first key lacks it (`if not next(iter(sd)).startswith("module."): return sd`).
 _TESTS_PREFIX = re.compile(r"""startswith\(\s*["']module|==\s*["']module\.?["']|["']module\.?["']\s*==|["']module\.?["']\s+(?:not\s+)?in\b""")
+# A test for a first part other than the wrapper's (`k.startswith("encoder")`).
+_OTHER_PREFIX_GUARD = re.compile(r"""startswith\(\s*["'](?!module)""")
 # Every checkpoint the function reads is a file named in the code (a released checkpoint, whose keys are known).
 _LOADS = re.compile(r"""torch\.load\(\s*(?P<literal>[rbu]?["'])?""")
 # The stripped key kept only where the model has it: `{k[7:]: v for k, v in sd.items() if k[7:] in own}`.
@@ -776,8 +778,8 @@ def _strippings(ctx: FileContext, small: cst.CSTNode, context: str, guard_text: 
         if prefix not in ("module.", None):
             yield node, f'`{code}` does not strip the wrapper\'s prefix, which is `"module."`, not `"{prefix}"`.'
         elif kind in ("slice", "first part"):
-            if kind == "first part" and _STATE_DICT_KEYS.search(text) is None:
-                continue
+            if kind == "first part" and (_STATE_DICT_KEYS.search(text) is None or _OTHER_PREFIX_GUARD.search(text)):
+                continue  # not a state dict's keys, or another prefix dropped (`if k.startswith("encoder"):`)
             if guard is not None and guard["prefix"] not in ("module.", "module"):
                 yield node, f'`{code}` never runs on a wrapper\'s keys: the guard tests `"{guard["prefix"]}"`, not `"module."`.'
             elif guard is None and _CHECKED_AGAINST_KEYS.search(text) is None and not _TESTS_PREFIX.search(f"{text} {guard_text}"):

@@ -1616,6 +1616,18 @@ STRIPPING_FORMS_CASES = {
         """,
         [],
     ),
+    "dropping the first part of keys that start with another name is no prefix stripping (ConvNeXt-V2)": (
+        """
+        import torch
+        ckpt = torch.load(args.finetune)["model"]
+        new_ckpt = {}
+        for k, v in ckpt.items():
+            if k.startswith("encoder"):
+                k = ".".join(k.split(".")[1:])
+            new_ckpt[k] = v
+        """,
+        [],
+    ),
     "each branch of an elif chain is guarded by its own test": (
         """
         import torch
