@@ -23,8 +23,8 @@ class GlobalRankAsDevice(Rule):
     """
     ## What it does
     Finds the global rank used as a CUDA device index: `torch.cuda.set_device(rank)`, `.to(rank)`,
-    `.cuda(rank)`, `torch.device("cuda", rank)`, `f"cuda:{rank}"`, `device_ids=[rank]` or
-    `output_device=rank` of `DistributedDataParallel`, where `rank` holds the rank of the process in
+    `.cuda(rank)`, `torch.device("cuda", rank)`, `f"cuda:{rank}"` or `device_ids=[rank]` of
+    `DistributedDataParallel`, where `rank` holds the rank of the process in
     the whole job (`RANK`, `SLURM_PROCID`, `dist.get_rank()`, or a value built from them) rather than
     its rank on its node (`LOCAL_RANK`, `mp.spawn`'s process index, `rank % torch.cuda.device_count()`).
 
@@ -57,10 +57,13 @@ class GlobalRankAsDevice(Rule):
 
     code = "DPL516"
     preview = True
-    preview_reason = "New: not yet measured on enough programs that use the global rank where a device goes."
+    preview_reason = (
+        "Measured 0.52 (11 true, 10 false, 20 moot): a group started with `rank=local_rank` on one node makes "
+        "`dist.get_rank()` the local rank, and single-node tests are moot."
+    )
     name = "global-rank-as-device"
     summary = "The global rank used as a CUDA device index: right on one node, an invalid GPU on the next."
-    triggers = re.compile(r"set_device|device_ids|output_device|\.to\(|\.cuda\(|torch\.device|cuda:|cuda\.device")
+    triggers = re.compile(r"set_device|device_ids|\.to\(|\.cuda\(|torch\.device|cuda:|cuda\.device")
     distributed_programs_only = True
 
     VALID = [
@@ -161,7 +164,6 @@ def _device_indices(ctx: FileContext) -> Iterator[cst.BaseExpression]:
                 ids = argument(call, "device_ids", 1)
                 if isinstance(ids, (cst.List, cst.Tuple)) and len(ids.elements) == 1:
                     yield ids.elements[0].value
-                yield from _present(argument(call, "output_device", 2))
             elif isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda"):
                 moved = argument(call, "device", 0)
                 if moved is not None and not isinstance(moved, (cst.SimpleString, cst.FormattedString, cst.Integer)):
