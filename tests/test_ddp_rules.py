@@ -554,3 +554,24 @@ def test_a_rank_within_a_subgroup_is_not_the_global_rank(tmp_path):
     assert codes(lint(tmp_path, select=("DPL516",))) == []
     (tmp_path / "comm.py").write_text((tmp_path / "comm.py").read_text().replace("group=_LOCAL_PROCESS_GROUP", ""))
     assert codes(lint(tmp_path, select=("DPL516",))) == [("train.py", 6, "DPL516")]
+
+
+def test_a_rank_zero_decorator_holds_when_the_guard_is_read_per_call(tmp_path):
+    # `@rank_zero_only` (Lightning) on a helper whose branch reads its parameter: rank 0 alone, at every call.
+    write(tmp_path, "train.py", """
+    import torch
+    import torch.distributed as dist
+    from lightning.pytorch.utilities import rank_zero_only
+
+    {decorator}
+    def save(state, final=False):
+        if final:
+            torch.save(state, "last.pth")
+
+    dist.init_process_group("nccl")
+    for epoch in range(3):
+        save({}, final=epoch == 2)
+    """.replace("{decorator}", "@rank_zero_only"))
+    assert codes(lint(tmp_path, select=("DPL505",))) == []
+    write(tmp_path, "train.py", (tmp_path / "train.py").read_text().replace("@rank_zero_only", ""))
+    assert codes(lint(tmp_path, select=("DPL505",))) == [("train.py", 9, "DPL505")]

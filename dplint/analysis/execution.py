@@ -1311,7 +1311,7 @@ class ExecutionModel:
         for caller, site, skipped, _ in callers:
             if caller not in program.truth:
                 continue
-            at_site = evaluation.guard_truth(site.guard, caller[0], program.truth[caller])
+            at_site = evaluation.guard_truth(site.guard, caller[0], program.truth[caller]) & self._decorated(function_id)
             if at_site == NEVER:
                 continue
             keywords = dict(site.keywords)
