@@ -643,6 +643,8 @@ def _summarize_body(node: ast.AST, name: str, body: Sequence[ast.stmt], symbols:
             qualified = callee[1] if callee[0] == "q" else ""
             arguments = tuple(symbols.expr(argument, scope) for argument in inner.args if not isinstance(argument, ast.Starred))
             keywords = tuple((keyword.arg or "**", symbols.expr(keyword.value, scope)) for keyword in inner.keywords)
+            if any(isinstance(argument, ast.Starred) for argument in inner.args):
+                keywords += (("*", UNKNOWN),)  # `f(*args)`: the positions after it are not known
             if qualified in GROUP_STARTERS:
                 starts.append((guard, line))
             if qualified in GROUP_WRAPPERS:
@@ -1315,7 +1317,7 @@ class ExecutionModel:
             if at_site == NEVER:
                 continue
             keywords = dict(site.keywords)
-            if "**" in keywords or len(site.arguments) > len(function.params) - skipped:
+            if "**" in keywords or "*" in keywords:
                 return joined  # `f(**options)`, `f(*args)`: what each parameter gets is not known
             bindings: Dict[str, Value] = {}
             for index, param in enumerate(function.params[skipped:]):

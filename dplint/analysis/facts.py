@@ -1875,7 +1875,7 @@ _HANDLES_PREFIX = re.compile(
     r"""["']module\.?["']|\[\s*7\s*:|split\(\s*["']\.["']\s*\)\s*\[\s*1\s*:|consume_prefix_in_state_dict_if_present|remove_prefix|strip_prefix"""
 )
 # What torch builds that has a `load_state_dict` of its own but no module keys: optimizers, schedulers, scalers.
-TORCH_STATE_CLASSES = frozenset(
+_TORCH_STATE_CLASSES = frozenset(
     {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS", "SparseAdam", "ASGD", "Rprop", "GradScaler"}
 )
 _WRAPPER_NAMES = ("DataParallel", "DistributedDataParallel", "DDP")
@@ -1945,7 +1945,7 @@ def scan_checkpoint_loads(text: str, path: str, parse: Callable[[], Optional[ast
                 if not (isinstance(func, ast.Attribute) and func.attr == "load_state_dict"):
                     continue
                 receiver = _ast_dotted(func.value) or ""
-                if classes.get(receiver) in TORCH_STATE_CLASSES or classes.get(receiver, "").endswith("LR"):
+                if classes.get(receiver) in _TORCH_STATE_CLASSES or classes.get(receiver, "").endswith("LR"):
                     continue  # `optimizer.load_state_dict(checkpoint["optimizer"])`: not a model's keys
                 into_wrapper = not receiver.endswith(".module") and (receiver in wrapped or receiver in wrapped_in_init)
                 model = classes.get(receiver.removesuffix(".module"), "") or (_self_class_of(owner, receiver) if owner else "")
