@@ -1316,12 +1316,11 @@ class ExecutionModel:
             at_site = evaluation.guard_truth(site.guard, caller[0], program.truth[caller]) & self._decorated(function_id)
             if at_site == NEVER:
                 continue
-            keywords = dict(site.keywords)
-            if "**" in keywords or "*" in keywords:
+            if any(name in ("*", "**") for name, _ in site.keywords):
                 return joined  # `f(**options)`, `f(*args)`: what each parameter gets is not known
             bindings: Dict[str, Value] = {}
             for index, param in enumerate(function.params[skipped:]):
-                passed = keywords.get(param) or (site.arguments[index] if index < len(site.arguments) else dict(function.defaults).get(param))
+                passed = evaluation.passed(site, function, index, param)
                 if passed is not None:
                     bindings[prefix + param] = evaluation.value(passed, caller[0])
             truth = truth | evaluation.guard_truth(guard, function_id[0], at_site, bindings)
@@ -1346,7 +1345,7 @@ class ExecutionModel:
             module = info.summary.module
             for name, function in info.functions.items():
                 for index, param in enumerate(function.params):
-                    found[f"L:{module}:{name[len(module) + 1:]}:{param}"] = ((filename, name), index)
+                    found[self._parameter_prefix((filename, name)) + param] = ((filename, name), index)
         return found
 
     def assignments(self, key: str, within: Optional[FrozenSet[FunctionId]] = None) -> List[Tuple[FunctionId, Guard, Expr]]:
@@ -1496,7 +1495,7 @@ class Evaluation:
                 if not function.returns:
                     continue
                 own: Dict[str, Value] = {}
-                scope = f"L:{self.model.files[target[0]].summary.module}:{target[1][len(self.model.files[target[0]].summary.module) + 1:]}:"
+                scope = self.model._parameter_prefix(target)
                 for name, argument in zip(function.params[skipped:], arguments):
                     own[scope + name] = self.value(argument, filename, bindings, depth + 1)
                 for name, argument in keywords:
@@ -1578,6 +1577,21 @@ class Evaluation:
         self._values[key] = found
         return found
 
+    def passed(self, site: CallSite, function: FunctionSummary, position: int, param: str) -> Optional[Expr]:
+        """What a call passes to a parameter (`position` among the arguments the call writes): by keyword,
+        by position, the entry the caller set in the dict it unpacks, or else the parameter's default."""
+        keywords = dict(site.keywords)
+        passed = keywords.get(param)
+        if passed is None and 0 <= position < len(site.arguments):
+            passed = site.arguments[position]
+        unpacked = keywords.get("**")
+        if passed is None and unpacked is not None and unpacked[0] == "v":
+            # `kwargs["device_id"] = i` … `main(**kwargs)`: the entry the caller put there.
+            entry = f"A:{unpacked[1].rpartition(':')[2]}.{param}"
+            if self.model.assignments(entry, self._functions):
+                passed = ("v", entry)
+        return passed if passed is not None else dict(function.defaults).get(param)
+
     def _parameter_value(self, key: str) -> Optional[Value]:
         """What the calls pass to a parameter: spawn's process index is the local rank."""
         located = self.model._parameters.get(key)
@@ -1593,18 +1607,7 @@ class Evaluation:
             if spawn:
                 value = ("rank", "local") if index == 0 else self.value(site.arguments[index - 1], caller[0]) if index - 1 < len(site.arguments) else None
             else:
-                position = index - skipped
-                passed = dict(site.keywords).get(param)
-                if passed is None and 0 <= position < len(site.arguments):
-                    passed = site.arguments[position]
-                unpacked = dict(site.keywords).get("**")
-                if passed is None and unpacked is not None and unpacked[0] == "v":
-                    # `kwargs["device_id"] = i` … `main(**kwargs)`: the entry the caller put there.
-                    entry = f"A:{unpacked[1].rpartition(':')[2]}.{param}"
-                    if self.model.assignments(entry, self._functions):
-                        passed = ("v", entry)
-                if passed is None:
-                    passed = dict(function.defaults).get(param)
+                passed = self.passed(site, function, index - skipped, param)
                 value = self.value(passed, caller[0]) if passed is not None else None
             if value is not None:
                 found = value if found is None else join(found, value)
