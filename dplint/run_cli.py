@@ -16,7 +16,7 @@ from dplint.cli import FORMATS, HUMAN_FORMATS, use_colour
 from dplint.finding import Finding
 from dplint.run_options import ALL_CHECKS, CHECKS_HELP, DEFAULT_TIMEOUT
 
-# torchrun's rendezvous and restart flags: accepted and ignored (one node, dplint's own store), said once.
+# torchrun's rendezvous and restart flags: accepted and ignored (every node runs here, at dplint's own store), said once.
 _RENDEZVOUS = ("rdzv-id", "rdzv-endpoint", "rdzv-backend", "rdzv-conf", "master-addr", "master-port", "node-rank", "max-restarts")
 _RUNTIME_EXTRA = "pip install '.[runtime]' in a clone of dplint (pip install 'dplint[runtime]' once it is published)"
 
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         "With a machine format (json, json-lines, sarif, junit, gitlab, github) and no -o, stdout holds the report\n"
         "alone: what the script and its ranks print goes to stderr.\n"
         "torchrun's rendezvous flags (--rdzv-id, --rdzv-endpoint, --rdzv-backend, --rdzv-conf, --master-addr,\n"
-        "--master-port, --node-rank, --max-restarts) are accepted and ignored: one node, dplint's own store.\n"
+        "--master-port, --node-rank, --max-restarts) are accepted and ignored: every node runs here, at dplint's own store.\n"
         "Exit status: 0 every rank joined the process group and finished with no findings, 1 findings or a\n"
         "failed rank, 2 usage error or ranks that did not join, 130 interrupted.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--devices", type=int, metavar="N",
                         help="a DataParallel script: one process, as `python script.py`, with N emulated GPUs and its "
                         "DataParallel forwards simulated on them, with the DataParallel checks")  # fmt: skip
-    parser.add_argument("--nnodes", default="1", help="accepted for torchrun compatibility; only 1 node is run")
+    parser.add_argument("--nnodes", default="1", metavar="N",
+                        help="nodes to emulate on this machine, each with --nproc-per-node ranks and its own GPUs, "
+                        "ranks numbered node by node as torchrun numbers them (default: 1)")  # fmt: skip
     parser.add_argument("--standalone", action="store_true", help="accepted for torchrun compatibility (always standalone)")
     for flag in _RENDEZVOUS:
         parser.add_argument(f"--{flag}", f"--{flag.replace('-', '_')}", dest=f"rendezvous_{flag.replace('-', '_')}",
@@ -68,18 +70,17 @@ def _terminated(signum: int, frame: Any) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.nnodes not in ("1", "1:1"):
-        parser.error(f"only one node is run on CPU; got --nnodes {args.nnodes}")
+    args.nnodes = _nodes(parser, args.nnodes)
     given = [f"--{flag}" for flag in _RENDEZVOUS if getattr(args, f"rendezvous_{flag.replace('-', '_')}") is not None]
     if given:
-        print(f"dplint: {', '.join(given)} ignored: the ranks meet at dplint's own store, on this machine", file=sys.stderr)
+        print(f"dplint: {', '.join(given)} ignored: the ranks of every node meet at dplint's own store, on this machine", file=sys.stderr)
     if args.nprocs is not None and args.nprocs < 1:
         parser.error(f"--nproc-per-node must be at least 1, got {args.nprocs}")
     if args.devices is not None:
         if args.devices < 1:
             parser.error(f"--devices must be at least 1, got {args.devices}")
-        if args.nprocs is not None or args.gpus is not None:
-            parser.error("--devices runs one process with N GPUs: it takes no --nproc-per-node or --gpus-per-node")
+        if args.nprocs is not None or args.gpus is not None or args.nnodes != 1:
+            parser.error("--devices runs one process with N GPUs: it takes no --nproc-per-node, --gpus-per-node or --nnodes")
         args.nprocs, args.gpus = 1, args.devices
     elif args.nprocs is None:
         args.nprocs = 2
@@ -112,8 +113,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # A machine format on stdout is parsed whole: the script's own prints go to stderr, beside dplint's notes.
         prints_to_stderr = args.format not in (None, *HUMAN_FORMATS) and not args.output_file
         outcome = run_script(
-            [*target, *args.training_script_args], args.nprocs, args.timeout, checks, args.gpus, args.devices is not None, prints_to_stderr
-        )
+            [*target, *args.training_script_args], args.nprocs, args.timeout, checks, args.gpus, args.devices is not None, prints_to_stderr,
+            args.nnodes,
+        )  # fmt: skip
     except KeyboardInterrupt:  # before the ranks started
         print("dplint run: interrupted; the ranks were stopped", file=sys.stderr)
         return 130
@@ -136,8 +138,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.devices is not None:
         print(f"dplint run: the script finished on {args.devices} emulated GPUs; no pitfalls found", file=sys.stderr)
         return 0
-    print(f"dplint run: {args.nprocs} rank{'s' * (args.nprocs != 1)} finished; no distributed pitfalls found", file=sys.stderr)
+    world = args.nprocs * args.nnodes
+    nodes = f" on {args.nnodes} emulated nodes" if args.nnodes > 1 else ""
+    print(f"dplint run: {world} rank{'s' * (world != 1)}{nodes} finished; no distributed pitfalls found", file=sys.stderr)
     return 0
+
+
+def _nodes(parser: argparse.ArgumentParser, given: str) -> int:
+    """torchrun's `--nnodes N` (or `N:N`); an elastic range `MIN:MAX` has no one size to emulate."""
+    low, _, high = given.partition(":")
+    if not (low.isdigit() and (not high or high.isdigit())):
+        parser.error(f"--nnodes takes a number of nodes, got {given}")
+    if high and high != low:
+        parser.error(f"--nnodes {given} is an elastic range; dplint emulates a fixed number of nodes: give one (--nnodes {high})")
+    if int(low) < 1:
+        parser.error(f"--nnodes must be at least 1, got {given}")
+    return int(low)
 
 
 def _interrupted(outcome: Any, args: argparse.Namespace) -> int:

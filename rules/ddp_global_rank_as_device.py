@@ -27,6 +27,8 @@ class GlobalRankAsDevice(Rule):
     `DistributedDataParallel`, where `rank` holds the rank of the process in
     the whole job (`RANK`, `SLURM_PROCID`, `dist.get_rank()`, or a value built from them) rather than
     its rank on its node (`LOCAL_RANK`, `mp.spawn`'s process index, `rank % torch.cuda.device_count()`).
+    At runtime, `dplint run --nnodes 2` stops with this code at the line where a rank of the second node
+    asks for the GPU its global rank names, one its node does not have.
 
     ## Why is this bad?
     A node's GPUs are numbered from 0 on every node. On one node the global rank and the local rank are

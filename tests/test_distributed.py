@@ -439,7 +439,10 @@ def test_the_ranks_report_a_static_finding_at_its_place_and_in_its_words(
     [
         ([], "the following arguments are required"),
         (["missing.py"], "no such script: missing.py"),
-        (["--nnodes", "2", "x.py"], "only one node"),
+        (["--nnodes", "1:4", "x.py"], "--nnodes 1:4 is an elastic range; dplint emulates a fixed number of nodes: give one (--nnodes 4)"),
+        (["--nnodes", "two", "x.py"], "--nnodes takes a number of nodes, got two"),
+        (["--nnodes", "0", "x.py"], "--nnodes must be at least 1, got 0"),
+        (["--devices", "2", "--nnodes", "2", "x.py"], "--devices runs one process with N GPUs: it takes no"),
         (["--checks", "samplers,telepathy", "x.py"], "unknown checks telepathy"),
         (["--checks", "", "x.py"], "--checks names no check"),
         (["--gpus-per-node", "-1", "x.py"], "--gpus-per-node must be 0 or more"),
@@ -610,7 +613,7 @@ def test_torchruns_rendezvous_flags_are_accepted_and_said_to_be_ignored(
     flags = ["--nnodes=1", "--rdzv_id=101", "--rdzv-endpoint=localhost:5972", "--master_port", "29500"]
     assert run_main([*flags, "--timeout", str(TIMEOUT), str(PROGRAMS / "torchrun_tutorial.py")]) == 0
     err = capsys.readouterr().err
-    assert "dplint: --rdzv-id, --rdzv-endpoint, --master-port ignored: the ranks meet at dplint's own store, on this machine\n" in err
+    assert "dplint: --rdzv-id, --rdzv-endpoint, --master-port ignored: the ranks of every node meet at dplint's own store, on this machine\n" in err
 
 
 def test_without_torch_dplint_run_and_pytest_dplint_name_the_extra(tmp_path: Path) -> None:
@@ -626,6 +629,94 @@ def test_without_torch_dplint_run_and_pytest_dplint_name_the_extra(tmp_path: Pat
         [line] = [line for line in (result.stdout + result.stderr).splitlines() if "extra" in line]
         assert line.startswith(prefix) and "pip install '.[runtime]'" in line
         assert "Traceback" not in result.stderr
+
+
+# several nodes on one machine --------------------------------------------------------------------
+MULTINODE = FIXTURES / "multinode"
+TWO_NODES = ["--nnodes", "2", "--nproc-per-node", "2"]
+
+
+def test_two_emulated_nodes_number_the_ranks_as_torchrun_does(tmp_path: Path) -> None:
+    script = tmp_path / "environment.py"
+    script.write_text(
+        "import json, os, torch\nimport torch.distributed as dist\n\n"
+        "dist.init_process_group('gloo')\n"
+        "names = ('RANK', 'LOCAL_RANK', 'GROUP_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE')\n"
+        "seen = {name: int(os.environ[name]) for name in names}\n"
+        "seen['gpus'] = torch.cuda.device_count()\n"
+        "with open(f\"rank{os.environ['RANK']}.json\", 'w') as out:\n"
+        "    json.dump(seen, out)\n"
+    )
+    result = dplint_run(*TWO_NODES, str(script), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.endswith("dplint run: 4 ranks on 2 emulated nodes finished; no distributed pitfalls found\n")
+    import json
+
+    seen = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(4)]
+    assert [(s["RANK"], s["LOCAL_RANK"], s["GROUP_RANK"]) for s in seen] == [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+    assert {(s["WORLD_SIZE"], s["LOCAL_WORLD_SIZE"], s["gpus"]) for s in seen} == {(4, 2, 2)}
+
+
+def test_on_two_nodes_the_global_rank_as_a_device_fails_at_its_line_and_the_fixed_twin_runs_clean(tmp_path: Path) -> None:
+    buggy = dplint_run(*TWO_NODES, str(MULTINODE / "train.py"), cwd=tmp_path)
+    assert buggy.returncode == 1, buggy.stderr
+    [line] = buggy.stdout.splitlines()
+    place, message = line.split(": DPL516 ")
+    assert place == spot_in(MULTINODE / "train.py", "torch.cuda.set_device(rank)")
+    assert message in (
+        "Rank 2 asks for `cuda:2`, its global rank, on a node of 2 GPUs: a GPU's index on its node is the local rank (0 here).",
+        "Rank 3 asks for `cuda:3`, its global rank, on a node of 2 GPUs: a GPU's index on its node is the local rank (1 here).",
+    )
+    # The same script on one node: global and local ranks are equal, and it runs.
+    assert dplint_run("--nproc-per-node", "2", str(MULTINODE / "train.py"), cwd=tmp_path).returncode == 0
+    # Each node's ranks place onto that node's cuda:0 and cuda:1: no GPU is shared, nothing is reported.
+    fixed = dplint_run(*TWO_NODES, str(FIXTURES / "multinode_fixed" / "train.py"), cwd=tmp_path)
+    assert (fixed.returncode, fixed.stdout) == (0, ""), fixed.stderr
+
+
+def test_one_writer_on_each_node_of_one_path_is_a_race_across_nodes(tmp_path: Path) -> None:
+    script = tmp_path / "per_node_save.py"
+    script.write_text(
+        "import os, torch\nimport torch.distributed as dist\n\n"
+        "dist.init_process_group('gloo')\n"
+        "if int(os.environ['LOCAL_RANK']) == 0:\n"
+        "    torch.save({'step': 1}, 'last.pt')\n"
+    )
+    result = dplint_run(*TWO_NODES, str(script), cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines() == [
+        f"{spot_in(script, 'torch.save(').removeprefix(f'{tmp_path}/')}: DPL505 Ranks 0 and 2, one on each of 2 nodes, all save `last.pt` here: "
+        "on a filesystem the nodes share, the writes race."
+    ]
+    assert dplint_run("--nproc-per-node", "2", str(script), cwd=tmp_path).returncode == 0  # one node: one writer
+
+
+def test_on_two_nodes_a_group_joined_with_the_local_rank_as_its_rank_fails_saying_so(tmp_path: Path) -> None:
+    script = tmp_path / "local_rank_group.py"
+    script.write_text(
+        "import os\nimport torch.distributed as dist\n\n"
+        "local_rank = int(os.environ['LOCAL_RANK'])\n"
+        "dist.init_process_group('gloo', rank=local_rank, world_size=int(os.environ['WORLD_SIZE']))\n"
+    )
+    result = dplint_run(*TWO_NODES, str(script), cwd=tmp_path)
+    assert result.returncode == 1
+    said = f"init_process_group(rank=0) at {line_in(script, 'init_process_group(').removeprefix(f'{tmp_path}/')} on rank 2: that is its local rank"
+    assert said in result.stderr
+
+
+def test_a_spawning_script_on_two_nodes_spawns_its_nodes_ranks(tmp_path: Path) -> None:
+    script = tmp_path / "spawner.py"
+    script.write_text(
+        "import os, torch\nimport torch.distributed as dist\nimport torch.multiprocessing as mp\n\n"
+        "def worker(gpu, nodes):\n"
+        "    rank = int(os.environ['GROUP_RANK']) * torch.cuda.device_count() + gpu\n"
+        "    dist.init_process_group('gloo', rank=rank, world_size=nodes * torch.cuda.device_count())\n"
+        "    torch.cuda.set_device(gpu)\n\n"
+        "if __name__ == '__main__':\n"
+        "    mp.spawn(worker, args=(2,), nprocs=torch.cuda.device_count())\n"
+    )
+    result = dplint_run(*TWO_NODES, str(script), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
 
 
 # never clean when the ranks did not run ---------------------------------------------------------

@@ -37,6 +37,15 @@ Note = Callable[[str], None]
 Record = Callable[..., None]
 
 
+class InvalidDevice(RuntimeError):
+    """CUDA's error for a GPU index this process does not have, with the index asked for."""
+
+    def __init__(self, index: int, count: int) -> None:
+        super().__init__("CUDA error: invalid device ordinal")
+        self.index = index
+        self.count = count
+
+
 class Emulation:
     """The logical GPUs of one process: the current one (per thread, as CUDA's), and what was placed on each."""
 
@@ -74,7 +83,7 @@ class Emulation:
         if index is None:
             return self.current
         if not 0 <= index < self.count:
-            raise RuntimeError("CUDA error: invalid device ordinal")
+            raise InvalidDevice(index, self.count)
         return index
 
     def own(self, tensor: Any, index: int) -> Any:

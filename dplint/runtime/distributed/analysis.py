@@ -7,7 +7,7 @@ import linecache
 import os
 import tokenize
 from collections import defaultdict
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dplint.finding import Finding
 from dplint.runtime.findings import runtime_finding
@@ -16,10 +16,13 @@ Events = Dict[int, List[Dict[str, Any]]]
 _SAMPLER_SETTINGS = ("seed", "length", "num_replicas", "shuffle", "drop_last")
 
 
-def findings(events: Events) -> List[Finding]:
+def findings(events: Events, per_node: Optional[int] = None) -> List[Finding]:
+    """The findings of a run whose nodes hold `per_node` ranks each (None: one node)."""
     found = _reported(events)
     if len(events) > 1:
-        found += _samplers(events) + _first_batches(events) + _divergence(events) + _saves(events) + _shared_gpus(events)
+        per_node = per_node or len(events)
+        found += _samplers(events) + _first_batches(events) + _divergence(events) + _saves(events, per_node)
+        found += _shared_gpus(events, per_node)
     return found
 
 
@@ -216,7 +219,7 @@ def _renamed(events: Events, kind: str) -> Events:
     return {rank: [dict(e, index=e["model"]) for e in es if e["kind"] == kind] for rank, es in events.items()}
 
 
-def _saves(events: Events) -> List[Finding]:
+def _saves(events: Events, per_node: int) -> List[Finding]:
     writers: Dict[str, Dict[int, str]] = defaultdict(dict)
     for rank, rank_events in sorted(_by(events, "save").items()):
         for event in rank_events:
@@ -225,19 +228,21 @@ def _saves(events: Events) -> List[Finding]:
     for path, ranks in writers.items():
         if len(ranks) > 1:
             name = path.rsplit("/", 1)[-1]
-            found.append(runtime_finding(
-                "DPL505",
-                f"{_opening(_ranks(list(ranks)))} all save `{name}` here: the writes race and can corrupt the file.",
-                ranks[min(ranks)], tuple(sorted(ranks)),
-            ))  # fmt: skip
+            nodes = {rank // per_node for rank in ranks}
+            if len(nodes) == len(ranks):  # one writer a node: a race where the nodes share the filesystem
+                said = f"one on each of {len(nodes)} nodes, all save `{name}` here: on a filesystem the nodes share, the writes race"
+            else:
+                said = f"all save `{name}` here: the writes race and can corrupt the file"
+            found.append(runtime_finding("DPL505", f"{_opening(_ranks(list(ranks)))}{',' * (len(nodes) == len(ranks))} {said}.",
+                                         ranks[min(ranks)], tuple(sorted(ranks))))  # fmt: skip
     return found
 
 
 _PLACED = {"model": "put this model on", "tensor": "put this tensor on", "DDP": "wrap this DDP model on", "set_device": "select"}
 
 
-def _shared_gpus(events: Events) -> List[Finding]:
-    """DPL506/DPL508: the first call site where two or more ranks placed onto the same emulated GPU."""
+def _shared_gpus(events: Events, per_node: int) -> List[Finding]:
+    """DPL506/DPL508: the first call site where two or more ranks of a node placed onto the same emulated GPU."""
     found = []
     for code, kinds in (("DPL506", {"load"}), ("DPL508", set(_PLACED))):
         sites: Dict[str, Dict[int, Dict[str, Any]]] = defaultdict(dict)  # in order of first appearance, lowest rank first
@@ -246,10 +251,10 @@ def _shared_gpus(events: Events) -> List[Finding]:
                 if event["what"] in kinds:
                     sites[event["where"]].setdefault(rank, event)
         for where, ranks in sites.items():
-            sharing: Dict[int, List[int]] = defaultdict(list)
+            sharing: Dict[Tuple[int, int], List[int]] = defaultdict(list)  # (node, GPU) -> the ranks placing onto it
             for rank, event in sorted(ranks.items()):
-                sharing[event["index"]].append(rank)
-            index, on_it = max(sharing.items(), key=lambda item: len(item[1]))
+                sharing[(rank // per_node, event["index"])].append(rank)
+            (_, index), on_it = max(sharing.items(), key=lambda item: len(item[1]))
             if len(on_it) < 2:
                 continue
             if code == "DPL506":

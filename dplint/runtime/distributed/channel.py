@@ -60,7 +60,7 @@ def _user_frame(frame: Any) -> Any:
     return frame
 
 
-def _spot(frame: Any) -> str:
+def frame_spot(frame: Any) -> str:
     """`file:line:column` where the expression the frame is running starts (its call into torch or dplint):
     where a static rule puts a finding on the same code. Before Python 3.11, which keeps no columns, the
     line's first non-blank column."""
@@ -87,7 +87,7 @@ def site_of(spot: str) -> str:
 def user_site(depth: int = 2) -> str:
     """`file:line:column` of the innermost caller outside torch and dplint (the user's code): the start of
     its call into them."""
-    return _spot(_user_frame(sys._getframe(depth)))
+    return frame_spot(_user_frame(sys._getframe(depth)))
 
 
 _SAVE_HELPER = ("save", "checkpoint", "ckpt")
@@ -102,7 +102,7 @@ def guard_site(depth: int = 2) -> str:
         if caller is None or installed_code(caller.f_code.co_filename):
             break
         frame = caller
-    return _spot(frame)
+    return frame_spot(frame)
 
 
 class Channel:

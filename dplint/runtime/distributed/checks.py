@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
 from dplint.finding import display_path
-from dplint.runtime.distributed.channel import Channel, guard_site, site_of, user_site
+from dplint.runtime.distributed.channel import Channel, frame_spot, guard_site, site_of, user_site
 from dplint.runtime.distributed.errors import DistributedPitfall, PeerFailed, SetupError
 from dplint.runtime.distributed.launcher import ALL_CHECKS
 from dplint.runtime import devices
@@ -248,10 +248,12 @@ def _spawn_in_place(rank: _RankChecks, name: str) -> Callable[..., Any]:
         call = f"{name}({getattr(fn, '__name__', 'fn')}, nprocs={nprocs})"
         where = site_of(user_site())
         world = rank.channel.world_size
+        per_node = int(os.environ["LOCAL_WORLD_SIZE"])  # a spawn starts the ranks of its own node
         if nprocs == 0:
             rank.channel.event("spawn", call=call, where=where)
-        elif nprocs != world:
-            raise SetupError(f"{call} at {where} asks for {nprocs} ranks; dplint started {world}: run it with --nproc-per-node {nprocs}")
+        elif nprocs != per_node:
+            node = " a node" if per_node != world else ""
+            raise SetupError(f"{call} at {where} asks for {nprocs} ranks; dplint started {per_node}{node}: run it with --nproc-per-node {nprocs}")
         else:
             rank.note(f"{call} at {where} runs {getattr(fn, '__name__', 'fn')}(LOCAL_RANK, ...) in each of the {world} rank{'s' * (world != 1)}")
             fn(int(os.environ["LOCAL_RANK"]), *args)
@@ -270,6 +272,12 @@ def _to_dplint_store(rank: _RankChecks, arguments: Dict[str, Any]) -> None:
     asked = {name: arguments[name] for name in ("world_size", "rank") if arguments.get(name, -1) != -1}
     expected = {"world_size": rank.channel.world_size, "rank": rank.channel.rank}
     wrong = {name: value for name, value in asked.items() if value != expected[name]}
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if wrong.get("rank", local_rank + 1) == local_rank:  # only where ranks differ from local ranks: on a second node
+        raise RuntimeError(
+            f"init_process_group(rank={local_rank}) at {site_of(user_site(3))} on rank {rank.channel.rank}: that is its "
+            f"local rank, so the nodes' processes claim the same ranks; pass the global rank (RANK)"
+        )
     if wrong:
         name, value = next(iter(wrong.items()))
         raise SetupError(
@@ -359,11 +367,15 @@ def _install_dataparallel(channel: Channel, gpus: int) -> None:
 
 
 def explained(error: BaseException) -> BaseException:
-    """DPL512 for a TypeError/AttributeError on None that a collective's result (None) caused; else `error`.
+    """The pitfall that caused `error`, where the run shows it; else `error`.
 
-    Established, not guessed: the failing line is the collective's own (`dist.all_reduce(x) / n`), or a
-    line of the function that assigned the result, whose name still holds None there.
+    DPL516 for a GPU index beyond the node's that is the rank's global rank, on a node other than the first.
+    DPL512 for a TypeError/AttributeError on None that a collective's result (None) caused. Established,
+    not guessed: the failing line is the collective's own (`dist.all_reduce(x) / n`), or a line of the
+    function that assigned the result, whose name still holds None there.
     """
+    if isinstance(error, devices.InvalidDevice):
+        return _global_rank_as_device(error)
     rank = _active
     if rank is None or not rank.none_results or not isinstance(error, (TypeError, AttributeError)) or "NoneType" not in str(error):
         return error
@@ -393,6 +405,20 @@ def explained(error: BaseException) -> BaseException:
         pitfall.__cause__ = error
         return pitfall
     return error
+
+
+def _global_rank_as_device(error: devices.InvalidDevice) -> BaseException:
+    global_rank, local_rank = int(os.environ.get("RANK", -1)), int(os.environ.get("LOCAL_RANK", -1))
+    failing = next((tb for tb in _frames(error.__traceback__) if user_code(tb.tb_frame.f_code.co_filename)), None)
+    if error.index != global_rank or global_rank == local_rank or failing is None:
+        return error
+    message = (
+        f"Rank {global_rank} asks for `cuda:{global_rank}`, its global rank, on a node of {error.count} "
+        f"GPU{'s' * (error.count != 1)}: a GPU's index on its node is the local rank ({local_rank} here)."
+    )
+    pitfall = DistributedPitfall("DPL516", message, frame_spot(failing.tb_frame))
+    pitfall.__cause__ = error
+    return pitfall
 
 
 def _frames(traceback: Any) -> List[Any]:

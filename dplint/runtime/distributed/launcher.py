@@ -41,15 +41,17 @@ def _validate(nprocs: Any, timeout: Any, checks: Iterable[str], action: str) -> 
     return chosen
 
 
-def rank_environment(rank: int, world_size: int, port: int) -> Dict[str, str]:
-    """The variables torchrun sets for one rank (one node), pointed at dplint's store; real GPUs hidden."""
+def rank_environment(rank: int, world_size: int, port: int, per_node: Optional[int] = None) -> Dict[str, str]:
+    """The variables torchrun sets for one rank, its node holding `per_node` ranks (None: all of them, one
+    node), pointed at dplint's store; real GPUs hidden."""
+    per_node = per_node or world_size
     environment = {
         "RANK": str(rank),
-        "LOCAL_RANK": str(rank),
-        "GROUP_RANK": "0",
+        "LOCAL_RANK": str(rank % per_node),
+        "GROUP_RANK": str(rank // per_node),
         "ROLE_RANK": str(rank),
         "WORLD_SIZE": str(world_size),
-        "LOCAL_WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(per_node),
         "ROLE_WORLD_SIZE": str(world_size),
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
@@ -150,7 +152,7 @@ def _store() -> Any:
     return TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
 
 
-def _supervise(store: Any, ranks: List[_Rank], timeout: float) -> Outcome:
+def _supervise(store: Any, ranks: List[_Rank], timeout: float, per_node: int) -> Outcome:
     world = len(ranks)
     failed_at: Optional[float] = None
     interrupted: Optional[BaseException] = None
@@ -191,7 +193,7 @@ def _supervise(store: Any, ranks: List[_Rank], timeout: float) -> Outcome:
             results[r] = pickle.loads(store.get(key))
     joined = [r for r in range(world) if keys.read_text(store, keys.joined_key(r)) == str(world)]
     spawns = [event for r in range(world) for event in events[r] if event["kind"] == "spawn"]
-    return Outcome(failures, states, analyse(events), results, joined, spawns, interrupted=interrupted)
+    return Outcome(failures, states, analyse(events, per_node), results, joined, spawns, interrupted=interrupted)
 
 
 def _state(store: Any, rank: int) -> str:
@@ -258,10 +260,12 @@ def run_script(
     gpus: Optional[int] = None,
     dataparallel: bool = False,
     prints_to_stderr: bool = False,
+    nnodes: int = 1,
 ) -> Outcome:
     """`dplint run`: run a script (or `-m` module) as `__main__` in each rank, as torchrun would.
 
-    Each rank sees `gpus` emulated GPUs (None: one per rank; 0: none, CUDA hidden). `dataparallel`
+    `nnodes` emulated nodes of `nprocs` ranks each (ranks numbered node by node, as torchrun's). Each
+    rank sees its node's `gpus` emulated GPUs (None: one per rank of the node; 0: none, CUDA hidden). `dataparallel`
     (`dplint run --devices N`): one process, as `python script.py`, its DataParallel forwards simulated
     on the `gpus` GPUs with the DataParallel checks. `prints_to_stderr`: the ranks' standard output
     (their children's too) goes to standard error, leaving the launcher's to the report.
@@ -278,13 +282,15 @@ def run_script(
         "timeout": float(timeout), "checks": chosen, "launcher": os.getpid(), "gpus": gpus, "dataparallel": dataparallel,
         "prints_to_stderr": prints_to_stderr,
     }  # fmt: skip
-    outcome = _run(run_rank, (tuple(target),), nprocs, settings)
+    if not isinstance(nnodes, int) or isinstance(nnodes, bool) or nnodes < 1 or (dataparallel and nnodes != 1):
+        raise ValueError(f"nnodes must be a positive int (1 for a DataParallel run), got {nnodes!r}")
+    outcome = _run(run_rank, (tuple(target),), nprocs * nnodes, settings, per_node=nprocs)
     outcome.gpus = gpus
     outcome.dataparallel = dataparallel
     return outcome
 
 
-def _run(target: Callable[..., Any], arguments: tuple, nprocs: int, settings: Dict[str, Any]) -> Outcome:
+def _run(target: Callable[..., Any], arguments: tuple, nprocs: int, settings: Dict[str, Any], per_node: Optional[int] = None) -> Outcome:
     context = _context()
     store = _store()
     started: List[_Rank] = []
@@ -292,13 +298,13 @@ def _run(target: Callable[..., Any], arguments: tuple, nprocs: int, settings: Di
         for r in range(nprocs):
             process = context.Process(
                 target=target,
-                args=(rank_environment(r, nprocs, store.port), settings, *arguments),
+                args=(rank_environment(r, nprocs, store.port, per_node), settings, *arguments),
                 name=f"dplint-rank-{r}",
                 daemon=False,  # a rank may have children (DataLoader workers); _Rank.stop ends them with it
             )
             process.start()
             started.append(_Rank(process))
-        return _supervise(store, started, float(settings["timeout"]))
+        return _supervise(store, started, float(settings["timeout"]), per_node or nprocs)
     finally:
         for rank in started:
             rank.stop()

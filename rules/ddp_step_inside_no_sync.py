@@ -1,0 +1,199 @@
+from __future__ import annotations
+
+from typing import Iterator, List
+
+import libcst as cst
+
+from dplint.analysis.context import FileContext
+from dplint.analysis.ddp import ScopeInfo, iter_scopes, scope_calls
+from dplint.analysis.names import Body, child_blocks
+from dplint.analysis.patterns import GuardedPattern
+from dplint.rule import Invalid, Report, Rule, Valid
+
+OPTIMIZER = "torch.optim.Optimizer"
+
+
+class OptimizerStepInsideNoSync(Rule):
+    """
+    ## What it does
+    Finds an optimizer step inside a `with model.no_sync():` block (DDP or FSDP; Accelerate's
+    `with accelerator.no_sync(model):`): `optimizer.step()` on a torch optimizer the program built
+    (directly, through a function of the project, or handed back by `accelerator.prepare`), or
+    `scaler.step(optimizer)`.
+
+    ## Why is this bad?
+    Inside `no_sync()` a backward pass leaves the gradients local: DDP all-reduces them at the first
+    backward outside the block. Gradient accumulation runs the micro-batches before the last one in
+    `no_sync()` and the last one, the one that steps, outside it. A step taken inside the block applies
+    gradients that no rank shared: each replica trains on its own shard, the replicas drift apart, and
+    nothing fails.
+
+    ## Example
+    ```python
+    for step, (x, y) in enumerate(loader):
+        with model.no_sync():
+            loss_fn(model(x), y).backward()
+            if (step + 1) % accumulation == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    ```
+
+    ## Use instead
+    ```python
+    for step, (x, y) in enumerate(loader):
+        stepping = (step + 1) % accumulation == 0
+        with contextlib.nullcontext() if stepping else model.no_sync():
+            loss_fn(model(x), y).backward()  # the stepping micro-batch syncs
+        if stepping:
+            optimizer.step()
+            optimizer.zero_grad()
+    ```
+
+    ## Known problems
+    Only a step written in the block itself is seen, not one in a function the block calls. An
+    optimizer the program receives from elsewhere (a framework's trainer, a factory outside the
+    project) is not known to be one, and its step is not reported.
+    """
+
+    code = "DPL517"
+    preview = True
+    preview_reason = "New: not yet measured on public repositories."
+    name = "optimizer-step-inside-no-sync"
+    summary = "An optimizer step inside `no_sync()`: its gradients were never all-reduced, so the replicas drift apart."
+    triggers = GuardedPattern(r"\.no_sync\s*\(", ["no_sync"])
+
+    VALID = [
+        Valid(
+            """
+            import torch
+
+            def train(model, loader, accumulation):
+                optimizer = torch.optim.AdamW(model.parameters())
+                for step, (x, y) in enumerate(loader):
+                    if (step + 1) % accumulation:
+                        with model.no_sync():
+                            model(x).sum().backward()
+                    else:
+                        model(x).sum().backward()
+                        optimizer.step()
+                        optimizer.zero_grad()
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def train(model, loader, scheduler):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in loader:
+                    with model.no_sync():
+                        model(x).sum().backward()
+                        scheduler.step()  # a scheduler's step: no gradients applied
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+
+            def train(model, loader):
+                accelerator = Accelerator(gradient_accumulation_steps=4)
+                optimizer = torch.optim.AdamW(model.parameters())
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for x in loader:
+                    with accelerator.accumulate(model):  # syncs on the micro-batch that steps
+                        accelerator.backward(model(x).sum())
+                        optimizer.step()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+
+            def train(model, loader, accumulation):
+                optimizer = torch.optim.AdamW(model.parameters())
+                for step, x in enumerate(loader):
+                    with model.no_sync():
+                        model(x).sum().backward()
+                        if (step + 1) % accumulation == 0:
+                            optimizer.step()
+            """,
+            line=9,
+        ),
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+
+            def train(model, loader):
+                accelerator = Accelerator()
+                optimizer = torch.optim.AdamW(model.parameters())
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                scaler = torch.cuda.amp.GradScaler()
+                for x in loader:
+                    with accelerator.no_sync(model):
+                        scaler.scale(model(x).sum()).backward()
+                        scaler.step(optimizer)
+            """,
+            line=12,
+        ),
+        Invalid(
+            """
+            import torch
+
+            class Trainer:
+                def __init__(self, model):
+                    self.model = model
+                    self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+                def accumulate(self, batches):
+                    with self.model.no_sync():
+                        for x in batches:
+                            self.model(x).sum().backward()
+                        self.optimizer.step()
+            """,
+            line=12,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        for scope in iter_scopes(ctx.module):
+            for block, context in _no_sync_blocks(scope.body):
+                for call in scope_calls(ScopeInfo(None, block, None)):
+                    if _steps_an_optimizer(ctx, call):
+                        yield Report(
+                            node=call,
+                            message=f"This optimizer step runs inside `{ctx.code(context)}`: the gradients it applies were never "
+                            "all-reduced, so the replicas drift apart.",
+                            help="Step after a backward outside `no_sync()`: run the stepping micro-batch's backward outside "
+                            "the block (or use `accelerator.accumulate(model)`).",
+                        )
+
+
+def _no_sync_blocks(body: Body) -> Iterator[tuple]:
+    """(body, the `no_sync(...)` call) of each `with ....no_sync(...):` in the statements, outside nested functions."""
+    for statement in body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(statement, cst.With):
+            calls: List[cst.Call] = [
+                item.item for item in statement.items
+                if isinstance(item.item, cst.Call) and isinstance(item.item.func, cst.Attribute) and item.item.func.attr.value == "no_sync"
+            ]  # fmt: skip
+            if calls:
+                yield from ((block, calls[0]) for block in child_blocks(statement))
+                continue
+        if isinstance(statement, cst.BaseCompoundStatement):
+            for block in child_blocks(statement):
+                yield from _no_sync_blocks(block)
+
+
+def _steps_an_optimizer(ctx: FileContext, call: cst.Call) -> bool:
+    """`optimizer.step()` on a torch optimizer, or `scaler.step(optimizer)`."""
+    if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"):
+        return False
+    if ctx.object_class(call.func.value) == OPTIMIZER:
+        return True
+    return len(call.args) >= 1 and ctx.object_class(call.args[0].value) == OPTIMIZER
