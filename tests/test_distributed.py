@@ -719,6 +719,54 @@ def test_a_spawning_script_on_two_nodes_spawns_its_nodes_ranks(tmp_path: Path) -
     assert result.returncode == 0, result.stderr
 
 
+# the frameworks, unmodified -----------------------------------------------------------------------
+def test_an_accelerate_script_runs_on_cpu_ranks_and_its_main_process_barrier_stops_at_the_scripts_line(tmp_path: Path) -> None:
+    script = FIXTURES / "accelerate" / "train.py"
+    buggy = dplint_run(str(script), "--out", str(tmp_path / "model.pt"), cwd=tmp_path)
+    assert buggy.returncode == 1, buggy.stderr
+    [line] = buggy.stdout.splitlines()
+    place = spot_in(script, "accelerator.wait_for_everyone()")
+    assert line.startswith(f"{place}: DPL507 Collective mismatch: rank 0 is in dist.barrier() at {place.rsplit(':', 1)[0]};")
+    # The static rule reports the same call (the fixture's expected output, which tests/test_fixtures.py checks).
+    assert list(static_findings(FIXTURES / "accelerate")) == [(f"train.py:{place.split(':', 1)[1]}", "DPL507")]
+    fixed = dplint_run(str(FIXTURES / "accelerate_fixed" / "train.py"), "--out", str(tmp_path / "model.pt"), cwd=tmp_path)
+    assert (fixed.returncode, fixed.stdout) == (0, ""), fixed.stderr
+    assert (tmp_path / "model.pt").exists()
+
+
+def test_fsdp2_runs_on_cpu_ranks_and_a_checkpoint_saved_on_rank_zero_alone_stops_at_its_line(tmp_path: Path) -> None:
+    script = tmp_path / "fsdp2.py"
+    script.write_text(
+        "import torch.distributed as dist\nimport torch.distributed.checkpoint as dcp\nfrom torch import nn\n"
+        "from torch.distributed.fsdp import fully_shard\n\n"
+        "dist.init_process_group('nccl')\n"
+        "model = fully_shard(nn.Linear(8, 8))\n"
+        "model(__import__('torch').randn(2, 8)).sum().backward()\n"
+        "if dist.get_rank() == 0:\n"
+        "    dcp.save({'model': model.state_dict()}, checkpoint_id='ckpt')\n"
+    )
+    result = dplint_run(str(script), cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    [line] = result.stdout.splitlines()
+    assert line.startswith("fsdp2.py:10:5: DPL507 Collective mismatch: rank 0 is in dist.gather_object(dst=0) at fsdp2.py:10;")
+
+
+def test_fsdp1_is_refused_in_one_line_naming_the_wrap(tmp_path: Path) -> None:
+    script = tmp_path / "fsdp1.py"
+    script.write_text(
+        "import torch.distributed as dist\nfrom torch import nn\n"
+        "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n\n"
+        "dist.init_process_group('nccl')\n"
+        "model = FSDP(nn.Linear(8, 8))\n"
+    )
+    result = dplint_run(str(script), cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "dplint run: FullyShardedDataParallel at fsdp1.py:6 needs real GPUs: dplint runs FSDP2's `fully_shard` on CPU ranks, not FSDP1"
+    )
+    assert "Traceback" not in result.stderr
+
+
 # never clean when the ranks did not run ---------------------------------------------------------
 def test_without_emulated_gpus_a_script_that_spawns_one_process_per_gpu_starts_none_and_is_not_clean(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture

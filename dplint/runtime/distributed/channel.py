@@ -55,9 +55,18 @@ def sites_key(rank: int) -> str:
 
 
 def _user_frame(frame: Any) -> Any:
-    while frame is not None and not user_code(frame.f_code.co_filename):
+    """The innermost frame of the user's own code: outside torch, dplint and Python, and outside the
+    installed packages where one calls them (`accelerator.wait_for_everyone()` in the script, not the
+    barrier inside Accelerate); an installed package's frame where no other calls it."""
+    installed = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if user_code(filename):
+            if not installed_code(filename):
+                return frame
+            installed = installed or frame
         frame = frame.f_back
-    return frame
+    return installed
 
 
 def frame_spot(frame: Any) -> str:

@@ -236,6 +236,15 @@ def _install_shims(rank: _RankChecks) -> None:
     mp.start_processes = _spawn_in_place(rank, "mp.start_processes")
     if not torch.cuda.is_available():
         torch.cuda.set_device = lambda device: None
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    def fsdp1_unsupported(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise SetupError(
+            f"FullyShardedDataParallel at {site_of(user_site())} needs real GPUs: dplint runs FSDP2's `fully_shard` on "
+            "CPU ranks, not FSDP1"
+        )
+
+    FullyShardedDataParallel.__init__ = fsdp1_unsupported  # torch's own refuses the CPU: "FSDP needs a non-CPU accelerator device"
 
 
 def _spawn_in_place(rank: _RankChecks, name: str) -> Callable[..., Any]:
