@@ -20,6 +20,7 @@ from dplint.rules.ddp_loader_not_sharded import TrainingLoaderNotSharded
 from dplint.rules.ddp_local_rank_argument import LocalRankArgument
 from dplint.rules.ddp_sampler_set_epoch import DistributedSamplerSeedPerRank, DistributedSamplerWithoutSetEpoch
 from dplint.rules.ddp_shuffle_with_sampler import ShuffleWithDistributedSampler
+from dplint.rules.ddp_step_inside_no_sync import OptimizerStepInsideNoSync
 from dplint.rules.cuda_visible_devices import (
     CudaVisibleDevicesAfterCudaInit,
     CudaVisibleDevicesAfterTorchImport,
@@ -87,6 +88,7 @@ CHECKS: List[Type[Rule]] = [
     DataParallelInsideDdp,
     OptimizerBeforeFsdpWrap,
     GlobalRankAsDevice,
+    OptimizerStepInsideNoSync,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [

@@ -18,8 +18,8 @@ class CollectiveResultAssigned(Rule):
     """
     ## What it does
     Finds the result of a `torch.distributed` collective (`all_reduce`, `broadcast`, `all_gather`,
-    `reduce`, `barrier`, …) called without `async_op=True` being assigned, returned, or used in an
-    expression: `total = dist.all_reduce(total)`.
+    `reduce`, `barrier`, …) called without `async_op=True` being assigned or used in an expression:
+    `total = dist.all_reduce(total)`, `return dist.all_reduce(correct) / world_size`.
 
     ## Why is this bad?
     Collectives work in place on their tensor arguments and return `None` (or a work handle with
@@ -47,7 +47,10 @@ class CollectiveResultAssigned(Rule):
 
     ## Known problems
     `torch.distributed.nn.functional.all_reduce` (the differentiable variant) returns a tensor and is not
-    reported. A call with a non-literal `async_op=` is not reported.
+    reported. A call with a non-literal `async_op=` is not reported. `return dist.all_reduce(t)` on its
+    own is not reported: the function hands its callers the `None`, which breaks only a caller that
+    uses it, and callers are not followed (wrappers such as `def barrier(): return dist.barrier()` are
+    called for their effect).
     """
 
     code = "DPL512"
@@ -64,6 +67,14 @@ class CollectiveResultAssigned(Rule):
             import torch.distributed as dist
             dist.all_reduce(loss)
             loss /= dist.get_world_size()
+            """
+        ),
+        Valid(
+            """
+            import torch.distributed as dist
+
+            def all_to_all(output, input, group):
+                return dist.all_to_all_single(output, input, group=group)  # its callers use `output`
             """
         ),
         Valid(
@@ -211,8 +222,8 @@ def _call_alone(ctx: FileContext, assignment: Optional[cst.Assign], call: cst.Ca
     return FixSpec(f"Drop the assignment: `dist.{name}` writes into `{ctx.short_code(target, 30)}`", (edit,))
 
 
-# Before the call on its line: an assignment, a `return`, or an operator it is an operand of.
-_USED_BEFORE = re.compile(r"(?<![=!<>])=(?!=)|\breturn\b|[-+*/%@&|^]")
+# Before the call on its line: an assignment, or an operator it is an operand of.
+_USED_BEFORE = re.compile(r"(?<![=!<>])=(?!=)|[-+*/%@&|^]")
 _USED_AFTER = re.compile(r"[ \t]*[.\-+*/%@&|^]")
 
 
@@ -251,9 +262,6 @@ class _UsedResults(cst.CSTVisitor):
         self.assignments[id(node.value)] = node
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._check(node.value)
-
-    def visit_Return(self, node: cst.Return) -> None:
         self._check(node.value)
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:

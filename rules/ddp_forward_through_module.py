@@ -45,7 +45,9 @@ class ForwardThroughDdpModule(Rule):
     ## What it does
     Finds `ddp_model.module(x)` or `ddp_model.module.some_method(x)` (a DDP model bound in the same
     function or class, or passed to a function of the same file) whose result reaches `.backward()`.
-    Calls under `torch.no_grad()`/`inference_mode()` and results that never reach a backward are fine.
+    Calls under `torch.no_grad()`/`inference_mode()` and results that never reach a backward are fine,
+    and so is a `.module` method called after the DDP model's own forward in the same function (a loss
+    computed from its outputs, `model.module.get_loss(ret, gt)`): that forward armed the all-reduce.
 
     ## Why is this bad?
     DDP arms its gradient all-reduce in its own `forward`. A forward through `.module` skips it: the
@@ -83,6 +85,19 @@ class ForwardThroughDdpModule(Rule):
     distributed_programs_only = True
 
     VALID = [
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def train(net, loader, optimizer):
+                model = DDP(net)
+                for points, gt in loader:
+                    ret = model(points)
+                    loss = model.module.get_loss(ret, gt)  # from the outputs of DDP's forward
+                    loss.backward()
+                    optimizer.step()
+            """
+        ),
         Valid(
             """
             import torch
@@ -164,8 +179,10 @@ class ForwardThroughDdpModule(Rule):
 
     def _scope(self, ctx: FileContext, scope: ScopeInfo, names: FrozenSet[str]) -> Iterator[Report]:
         tainted: Dict[str, cst.Call] = {}
+        forwarded = False  # the DDP model's own forward ran: it armed the all-reduce for this backward
         for small, no_grad in _statements(ctx, scope.body, False):
-            sources = [] if no_grad else [c for c in calls_in(small) if _bypasses(c, names)]
+            forwarded = forwarded or any(dotted(c.func) in names for c in calls_in(small))
+            sources = [] if no_grad or forwarded else [c for c in calls_in(small) if _bypasses(c, names)]
             for call in calls_in(small):
                 if isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward":
                     origin = _origin(call, tainted, sources)

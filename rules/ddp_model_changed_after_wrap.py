@@ -73,7 +73,7 @@ class ModelChangedAfterDdpWrap(Rule):
     code = "DPL511"
     preview = True
     preview_reason = (
-        "Its 7 findings before this release were all teardown or no-op moves; it now reports none on the sweep, so there is no measurement of its precision yet."
+        "Measured on 1 finding, false: a move in the branch where the model was never wrapped; too few to measure its precision."
     )
     name = "model-changed-after-ddp-wrap"
     summary = "Parameters loaded on one rank, cast, moved or replaced after the DDP wrap: replicas drift apart."

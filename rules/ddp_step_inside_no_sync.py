@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator, List
+from typing import Iterator
 
 import libcst as cst
 
@@ -57,7 +57,7 @@ class OptimizerStepInsideNoSync(Rule):
 
     code = "DPL517"
     preview = True
-    preview_reason = "New: not yet measured on public repositories."
+    preview_reason = "Not measured yet: it made no finding on the 467 repositories of the sweep."
     name = "optimizer-step-inside-no-sync"
     summary = "An optimizer step inside `no_sync()`: its gradients were never all-reduced, so the replicas drift apart."
     triggers = GuardedPattern(r"\.no_sync\s*\(", ["no_sync"])
@@ -160,30 +160,29 @@ class OptimizerStepInsideNoSync(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         for scope in iter_scopes(ctx.module):
-            for block, context in _no_sync_blocks(scope.body):
+            for block in _no_sync_blocks(scope.body):
                 for call in scope_calls(ScopeInfo(None, block, None)):
                     if _steps_an_optimizer(ctx, call):
                         yield Report(
                             node=call,
-                            message=f"This optimizer step runs inside `{ctx.code(context)}`: the gradients it applies were never "
-                            "all-reduced, so the replicas drift apart.",
+                            message="This optimizer step runs inside `no_sync()`: its gradients were never all-reduced, so the "
+                            "replicas drift apart.",
                             help="Step after a backward outside `no_sync()`: run the stepping micro-batch's backward outside "
                             "the block (or use `accelerator.accumulate(model)`).",
                         )
 
 
-def _no_sync_blocks(body: Body) -> Iterator[tuple]:
-    """(body, the `no_sync(...)` call) of each `with ....no_sync(...):` in the statements, outside nested functions."""
+def _no_sync_blocks(body: Body) -> Iterator[Body]:
+    """The body of each `with ....no_sync(...):` in the statements, outside nested functions."""
     for statement in body:
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
         if isinstance(statement, cst.With):
-            calls: List[cst.Call] = [
-                item.item for item in statement.items
-                if isinstance(item.item, cst.Call) and isinstance(item.item.func, cst.Attribute) and item.item.func.attr.value == "no_sync"
-            ]  # fmt: skip
-            if calls:
-                yield from ((block, calls[0]) for block in child_blocks(statement))
+            if any(
+                isinstance(item.item, cst.Call) and isinstance(item.item.func, cst.Attribute) and item.item.func.attr.value == "no_sync"
+                for item in statement.items
+            ):
+                yield from child_blocks(statement)
                 continue
         if isinstance(statement, cst.BaseCompoundStatement):
             for block in child_blocks(statement):

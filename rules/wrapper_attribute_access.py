@@ -57,6 +57,8 @@ class WrapperAttributeAccess(Rule):
     attributes (`train`, `parameters`, `state_dict`, `to`, `device_ids`, `module`, `no_sync`, …) are
     fine, and so is code that tells the cases apart: `hasattr(m, "module")`, `isinstance(m, ...)`,
     `getattr(m, "module", m)`, `m.module if ... else m`, or the other branch of the wrap's condition.
+    A wrap that cannot succeed makes no wrapper: a keyword the wrapper does not take, or an object of a
+    project class that is no `nn.Module` (`DDP(FixMatch(net))`, whose network is `.model`).
 
     ## Why is this bad?
     The wrapper holds the model as `model.module`; it does not forward attribute lookups. Reading

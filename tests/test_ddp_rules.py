@@ -415,7 +415,8 @@ def test_a_predicate_that_calls_itself_in_its_own_condition_is_followed_a_few_ca
             dist.barrier()
         torch.save({}, "model.pt")
     """)
-    assert codes(lint(tmp_path)) == [("train.py", 14, "DPL505")]
+    # Followed to its end (the default `level=0`, then 1, 2, 3), `is_leader()` is `dist.get_rank() == 0`.
+    assert codes(lint(tmp_path)) == [("train.py", 13, "DPL507"), ("train.py", 14, "DPL505")]
 
 
 def test_a_parameter_passed_through_keyword_unpacking_holds_what_the_caller_put_there(tmp_path):
@@ -575,3 +576,252 @@ def test_a_rank_zero_decorator_holds_when_the_guard_is_read_per_call(tmp_path):
     assert codes(lint(tmp_path, select=("DPL505",))) == []
     write(tmp_path, "train.py", (tmp_path / "train.py").read_text().replace("@rank_zero_only", ""))
     assert codes(lint(tmp_path, select=("DPL505",))) == [("train.py", 9, "DPL505")]
+
+
+# the frameworks' objects: what a name holds, across files -----------------------------------------
+def test_a_framework_collective_under_a_main_process_test_is_found_through_a_helper_in_another_file(tmp_path):
+    write(tmp_path, "checkpoint.py", """
+        def save(accelerator, model, path):
+            if accelerator.is_main_process:
+                accelerator.wait_for_everyone()
+                accelerator.save(accelerator.unwrap_model(model).state_dict(), path)
+
+        def sync(accelerator):
+            accelerator.wait_for_everyone()
+        """)  # fmt: skip
+    write(tmp_path, "train.py", """
+        from accelerate import Accelerator
+        from checkpoint import save, sync
+
+        def main(model):
+            accelerator = Accelerator()
+            model = accelerator.prepare(model)
+            sync(accelerator)
+            save(accelerator, model, "last.pt")
+
+        if __name__ == "__main__":
+            main(None)
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL507",))) == [("checkpoint.py", 4, "DPL507")]
+
+
+def test_a_method_named_like_a_framework_collective_on_an_object_the_program_did_not_build_is_silent(tmp_path):
+    write(tmp_path, "train.py", """
+        import torch.distributed as dist
+
+        class Saver:
+            def save_checkpoint(self, path):
+                pass
+
+        def main(rank, saver):
+            dist.init_process_group("nccl")
+            if rank == 0:
+                saver.save_checkpoint("last.pt")  # the project's own method: no collective
+                Saver().save_checkpoint("last.pt")
+
+        if __name__ == "__main__":
+            main(0, Saver())
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL507",))) == []
+
+
+def test_lightning_and_deepspeed_checkpoints_saved_on_rank_zero_only_hang(tmp_path):
+    write(tmp_path, "fit.py", """
+        import deepspeed
+        import pytorch_lightning as pl
+
+        def lightning(module):
+            trainer = pl.Trainer(accelerator="gpu", devices=2, strategy="ddp")
+            trainer.fit(module)
+            if trainer.is_global_zero:
+                trainer.save_checkpoint("final.ckpt")
+
+        def ds(args, model):
+            engine, _, _, _ = deepspeed.initialize(args=args, model=model)
+            if engine.global_rank == 0:
+                engine.save_checkpoint(args.out)
+            engine.save_checkpoint(args.out)
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL507",))) == [("fit.py", 9, "DPL507"), ("fit.py", 14, "DPL507")]
+
+
+def test_an_optimizer_from_a_factory_in_another_file_stepped_inside_no_sync(tmp_path):
+    write(tmp_path, "optim.py", """
+        import torch
+
+        def build_optimizer(model, lr):
+            return torch.optim.AdamW(model.parameters(), lr=lr)
+        """)  # fmt: skip
+    write(tmp_path, "train.py", """
+        from optim import build_optimizer
+
+        def train(model, loader, external_optimizer):
+            optimizer = build_optimizer(model, 1e-4)
+            for step, x in enumerate(loader):
+                with model.no_sync():
+                    model(x).sum().backward()
+                    if step % 4 == 3:
+                        optimizer.step()
+                        external_optimizer.step()  # not known to be an optimizer: silent
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL517",))) == [("train.py", 10, "DPL517")]
+
+
+# what a name holds: defaults, decorators, imports ---------------------------------------
+def test_a_predicate_called_without_its_defaulted_argument_reads_the_default(tmp_path):
+    write(tmp_path, "dist_utils.py", """
+        def should_save(args, every_rank=False):
+            return True if every_rank else args.rank == 0
+        """)  # fmt: skip
+    write(tmp_path, "train.py", """
+        import os
+        import torch
+        import torch.distributed as dist
+        from dist_utils import should_save
+
+        def main(args, state):
+            args.rank = int(os.environ["RANK"])
+            dist.init_process_group("nccl")
+            if should_save(args):
+                torch.save(state, "best.pt")
+            if should_save(args, every_rank=True):
+                torch.save(state, "last.pt")
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL505",))) == [("train.py", 13, "DPL505")]
+
+
+def test_a_projects_decorator_runs_the_function_where_its_wrapper_calls_it(tmp_path):
+    write(tmp_path, "dist_utils.py", """
+        import functools
+        import torch.distributed as dist
+
+        def main_process(func):
+            @functools.wraps(func)
+            def wrapper(*args, **kwargs):
+                if dist.get_rank() == 0:
+                    return func(*args, **kwargs)
+            return wrapper
+
+        def timed(func):
+            def wrapper(*args, **kwargs):
+                return func(*args, **kwargs)
+            return wrapper
+        """)  # fmt: skip
+    write(tmp_path, "train.py", """
+        import torch
+        import torch.distributed as dist
+        from dist_utils import main_process, timed
+
+        @main_process
+        def save_best(state):
+            torch.save(state, "best.pt")
+
+        @timed
+        def save_last(state):
+            torch.save(state, "last.pt")
+
+        def main(state):
+            dist.init_process_group("nccl")
+            save_best(state)
+            save_last(state)
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL505",))) == [("train.py", 12, "DPL505")]
+
+
+def test_an_absolute_import_inside_a_package_is_not_the_packages_own_folder_of_that_name(tmp_path):
+    write(tmp_path, "pkg/__init__.py", "")
+    write(tmp_path, "pkg/trainer/__init__.py", "")
+    write(tmp_path, "pkg/trainer/ray/__init__.py", "import torch\n")
+    write(tmp_path, "pkg/trainer/ray/engine.py", """
+        import os
+        import ray
+
+        def start():
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(ray.get_gpu_ids()[0])
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL2",))) == []  # `import ray` is the library, which does not import torch
+
+
+def test_a_wrap_of_an_object_that_is_no_module_wraps_nothing(tmp_path):
+    # TorchSSL: `model = FixMatch(net, ...)` holds the network in `model.model`; `DDP(model)` on the
+    # algorithm object raises, so `model` is never the wrapper where its attributes are read.
+    write(tmp_path, "fixmatch.py", """
+        class FixMatch:
+            def __init__(self, net):
+                self.model = net
+                self.it = 0
+
+            def set_data_loader(self, loaders):
+                self.loaders = loaders
+        """)  # fmt: skip
+    write(tmp_path, "train.py", """
+        import copy
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from fixmatch import FixMatch
+
+        def main(args, net):
+            model = FixMatch(net)
+            if args.gpu is not None:
+                model.model = DDP(model.model, device_ids=[args.gpu])
+            else:
+                model = DDP(model)
+            ema = copy.deepcopy(model.model)
+            model.set_data_loader({})
+            wrapped = nn.DataParallel(Net())
+            return wrapped.fc
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(2, 2)
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL302",))) == [("train.py", 16, "DPL302")]
+
+
+def test_a_function_reached_through_a_star_import_is_in_the_program(tmp_path):
+    # l2p-pytorch: `from engine import *`, and `train_one_epoch` in engine.py calls `set_epoch`.
+    write(tmp_path, "data.py", DATA)
+    write(tmp_path, "engine.py", """
+        def train_one_epoch(loader, model, epoch):
+            loader.sampler.set_epoch(epoch)
+            for x, y in loader:
+                model(x).sum().backward()
+        """)  # fmt: skip
+    write(tmp_path, "main.py", """
+        import torch.distributed as dist
+        from data import build_loader
+        from engine import *
+
+        def main(dataset, model):
+            dist.init_process_group("gloo")
+            loader = build_loader(dataset)
+            for epoch in range(10):
+                train_one_epoch(loader, model, epoch)
+
+        if __name__ == "__main__":
+            main(None, None)
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL501",))) == []
+
+
+def test_a_class_whose_base_resolves_to_itself_is_read_once(tmp_path):
+    # ibot: two `mmcv_custom/register_backbone.py` define `class VisionTransformer(VisionTransformer)`.
+    write(tmp_path, "backbone.py", """
+        import torch.distributed as dist
+        from backbone import Trainer
+
+        class Trainer(Trainer):
+            def step(self):
+                if self.is_master:
+                    dist.barrier()
+
+        def main():
+            dist.init_process_group("gloo")
+            Trainer().step()
+
+        if __name__ == "__main__":
+            main()
+        """)  # fmt: skip
+    result = lint(tmp_path, ("DPL",))
+    assert [f.code for f in result.findings if f.code == "DPL000"] == [] and not result.internal_errors

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, TypeVar
 
@@ -15,6 +16,8 @@ from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.names import ImportMap, child_nodes
 
 T = TypeVar("T")
+# A name called in the source (`FixMatch(`, `build_model (`): which classes and functions a file calls.
+_CALLED_NAME = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 
 
 class _Positions(Mapping):
@@ -218,6 +221,21 @@ class FileContext:
         `mp.spawn`'s process index, `dist.get_rank() % n`), else None."""
         value = self.execution.value(self.code(node), self.line(node))
         return value[1] if value[0] == "rank" else None
+
+    def never_a_module(self, node: cst.BaseExpression) -> bool:
+        """Whether the expression holds only objects of project classes that are no `nn.Module`."""
+        # Only where the file calls such a class, or a project function that returns one: the names it
+        # calls say so without reading its values (what a cold run would pay for every wrap).
+        called = self.memo("called-names", lambda: frozenset(_CALLED_NAME.findall(self.source)))
+        if called.isdisjoint(self.project.execution.plain_object_makers):
+            return False
+        return self.execution.holds_plain_objects(self.code(node), self.line(node))
+
+    def object_class(self, node: cst.BaseExpression) -> Optional[str]:
+        """The class whose object the expression holds (`accelerate.Accelerator`, a torch optimizer,
+        `deepspeed.DeepSpeedEngine`, `lightning.Trainer`, `lightning.Fabric`), else None."""
+        value = self.execution.value(self.code(node), self.line(node))
+        return value[1] if value[0] == "object" else None
 
     def memo(self, key: str, compute: Callable[[], T]) -> T:
         """Share one analysis between the rules of a module (DPL201 and DPL202 walk the same flow)."""

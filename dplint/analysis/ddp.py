@@ -34,6 +34,23 @@ COLLECTIVE_NAMES = frozenset(
     reduce_scatter reduce_scatter_tensor all_to_all all_to_all_single all_gather_object broadcast_object_list
     gather_object scatter_object_list""".split()
 )
+# Methods of the frameworks' objects (the classes `FileContext.framework_object` names) that run a
+# collective inside: every rank must call them. Accelerate's `save_state` and `get_state_dict` gather only
+# under DeepSpeed or FSDP, which the launch configuration chooses: not listed.
+FRAMEWORK_COLLECTIVES: Dict[str, FrozenSet[str]] = {
+    "accelerate.Accelerator": frozenset({"wait_for_everyone", "gather", "gather_for_metrics", "reduce", "pad_across_processes"}),
+    "deepspeed.DeepSpeedEngine": frozenset({"save_checkpoint"}),
+    "lightning.Trainer": frozenset({"save_checkpoint"}),  # the strategy's barrier, under a multi-process strategy
+    "lightning.Fabric": frozenset({"barrier", "all_gather", "all_reduce", "broadcast", "save"}),
+}
+# torch.distributed.checkpoint's save and load: every rank plans, gathers the plans and meets at a barrier.
+CHECKPOINT_COLLECTIVES = frozenset(
+    f"torch.distributed.checkpoint.{name}"
+    for name in ("save", "load", "async_save", "state_dict_saver.save", "state_dict_saver.async_save", "state_dict_loader.load")
+)
+# A file that calls one of these methods by name (a prefilter: the receiver is read later).
+_COLLECTIVE_METHODS = sorted(set().union(*FRAMEWORK_COLLECTIVES.values(), (name.rpartition(".")[2] for name in CHECKPOINT_COLLECTIVES)))
+CALLS_A_FRAMEWORK_COLLECTIVE = GuardedPattern(r"\.(?:" + "|".join(_COLLECTIVE_METHODS) + r")\s*\(", _COLLECTIVE_METHODS)
 # FSDP's class methods that gather the full parameters: every rank must call them.
 FSDP_COLLECTIVE_METHODS = frozenset({"summon_full_params", "full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict"})
 
@@ -122,6 +139,13 @@ def collective_calls(text: str) -> CollectiveCalls:
 # A file that never names torch.distributed, DDP or FSDP has no collective and no DDP model of its own.
 USES_DISTRIBUTED = GuardedPattern(
     r"distributed|FSDP|fully_shard", ["istributed", "ISTRIBUTED", "FSDP", "fsdp", "Fsdp", "ully_shard", "ULLY_SHARD"], re.IGNORECASE, one_line=True
+)
+# ... or, for the frameworks' collectives, names Accelerate (an `accelerator`), DeepSpeed or Lightning.
+USES_DISTRIBUTED_OR_A_FRAMEWORK = GuardedPattern(
+    r"distributed|FSDP|fully_shard|accelerat|deepspeed|lightning",
+    ["istributed", "ISTRIBUTED", "FSDP", "fsdp", "Fsdp", "ully_shard", "ULLY_SHARD", "ccelerat", "eepspeed", "ightning"],
+    re.IGNORECASE,
+    one_line=True,
 )
 _EVALUATION_WORD = re.compile(r"(?:^|_)(?:val|valid|validation|eval|evaluation|test|dev|holdout)(?:$|_|\d)", re.I)
 

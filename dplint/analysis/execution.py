@@ -162,6 +162,11 @@ GROUP_STARTERS = frozenset(
         "mmcv.runner.init_dist", "mmcv.runner.dist_utils.init_dist", "mmengine.dist.init_dist",
         "deepspeed.init_distributed", "deepspeed.comm.init_distributed", "horovod.torch.init",
         "colossalai.launch", "colossalai.launch_from_torch", "colossalai.launch_from_slurm",
+        # The frameworks join the group their launcher set up when their object is built (Lightning's
+        # Trainer and Fabric when they launch: every rank runs the script that built them).
+        "accelerate.Accelerator", "accelerate.accelerator.Accelerator", "accelerate.PartialState", "accelerate.state.PartialState",
+        "lightning.Trainer", "lightning.pytorch.Trainer", "lightning.pytorch.trainer.trainer.Trainer", "pytorch_lightning.Trainer",
+        "lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric",
     }
 )  # fmt: skip
 # Wraps that need a process group: a program that makes one runs in a group, wherever it was started.
@@ -215,6 +220,7 @@ class Symbols:
         self.module = module
         self.aliases: Dict[str, str] = {}
         self.modules: Set[str] = set()  # the names `import` binds to a module
+        self.star_modules: List[str] = []  # the modules of `from X import *`, whose names the module may call
         self.defined: Dict[str, str] = {}  # top-level function and class names → qualified
         self.module_scope = _Scope(f"{module}:<module>", None, None)
         # (qualified name, node, scope, class) of the module's top level and of every function
@@ -279,7 +285,9 @@ class Symbols:
             elif isinstance(node, ast.ImportFrom):
                 base = absolute_module(package, node.level, node.module or "")
                 for alias in node.names:
-                    if alias.name != "*":
+                    if alias.name == "*":
+                        self.star_modules.append(base)
+                    else:
                         self.aliases[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
                         scope.imported.add(alias.asname or alias.name)
             if not isinstance(node, (*_FUNCTIONS, ast.ClassDef, ast.Lambda, ast.Import, ast.ImportFrom, ast.Global)):
@@ -443,7 +451,9 @@ class Symbols:
             if name in _TRANSPARENT and len(node.args) == 1:
                 return self.expr(node.args[0], scope)
         arguments = tuple(self.expr(argument, scope) for argument in node.args if not isinstance(argument, ast.Starred))
-        keywords = tuple((keyword.arg, self.expr(keyword.value, scope)) for keyword in node.keywords if keyword.arg)
+        keywords = tuple((keyword.arg or "**", self.expr(keyword.value, scope)) for keyword in node.keywords)
+        if any(isinstance(argument, ast.Starred) for argument in node.args):
+            keywords += (("*", UNKNOWN),)  # `f(*args)`: the positions after it are not known
         return ("call", callee, arguments, keywords)
 
 
@@ -573,6 +583,7 @@ class ExecutionSummary:
     functions: Tuple[FunctionSummary, ...] = ()
     classes: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # qualified class → its bases, qualified
     aliases: Tuple[Tuple[str, str], ...] = ()  # names the module imports: how others reach re-exports
+    star_imports: Tuple[str, ...] = ()  # the modules of its `from X import *`
     # It may run as a program: a `__main__` block, or calls at its top level (where no project file imports it).
     script: bool = False
 
@@ -591,7 +602,9 @@ def summarize(tree: ast.Module, module: str, package: str) -> ExecutionSummary:
         if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom))
         for node in ast.walk(statement)
     )
-    return ExecutionSummary(module, tuple(functions), tuple(classes), tuple(sorted(symbols.aliases.items())), script)
+    return ExecutionSummary(
+        module, tuple(functions), tuple(classes), tuple(sorted(symbols.aliases.items())), star_imports=tuple(symbols.star_modules), script=script
+    )
 
 
 def _summarize_body(node: ast.AST, name: str, body: Sequence[ast.stmt], symbols: Symbols, scope: _Scope, owner: Optional[str]) -> FunctionSummary:
@@ -737,16 +750,19 @@ def _last_name(node: ast.AST) -> str:
 #
 # A value: ("rank", "global" | "local" | "any") a number that differs between the ranks of a group;
 # ("world",) the world size; ("bool", Truth) a test; ("const", value); ("tuple", values...);
-# ("uniform",) anything alike on every rank; ("varies",) anything that may differ between ranks.
+# ("object", class) an object of a framework's class (an `Accelerator`, a DeepSpeed engine) or a torch
+# optimizer, alike on every rank; ("uniform",) anything alike on every rank; ("varies",) anything that may differ between ranks.
 
 Value = tuple
 UNIFORM_VALUE: Value = ("uniform",)
 VARIES_VALUE: Value = ("varies",)
+SAME_VALUE: Value = ("same",)  # what the name being assigned held before: `model = accelerator.prepare(model)`
 
 # Environment variables the launchers set (torchrun, SLURM, Open MPI, Intel MPI).
 _GLOBAL_RANK_VARIABLES = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
 _LOCAL_RANK_VARIABLES = frozenset({"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
 _WORLD_SIZE_VARIABLES = frozenset({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+ACCELERATOR: Value = ("object", "accelerate.Accelerator")
 # What library calls return.
 _LIBRARY_VALUES: Mapping[str, Value] = {
     "torch.distributed.get_rank": ("rank", "global"),
@@ -772,7 +788,25 @@ _LIBRARY_VALUES: Mapping[str, Value] = {
     "detectron2.utils.comm.get_local_rank": ("rank", "local"),
     "detectron2.utils.comm.get_world_size": ("world",),
     "detectron2.utils.comm.is_main_process": ("bool", Truth("UTFF")),
+    **{name: ACCELERATOR for name in ("accelerate.Accelerator", "accelerate.accelerator.Accelerator")},
+    **{
+        name: ("object", "lightning.Trainer")
+        for name in ("lightning.Trainer", "lightning.pytorch.Trainer", "lightning.pytorch.trainer.trainer.Trainer", "pytorch_lightning.Trainer")
+    },
+    **{name: ("object", "lightning.Fabric") for name in ("lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric")},
+    # (engine, optimizer, training loader, scheduler)
+    "deepspeed.initialize": ("tuple", ("object", "deepspeed.DeepSpeedEngine"), UNIFORM_VALUE, UNIFORM_VALUE, UNIFORM_VALUE),
 }
+_OPTIMIZER_CLASSES = frozenset(
+    {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS", "SparseAdam", "ASGD", "Rprop", "Adafactor", "Muon"}
+)
+
+
+def _optimizer_class(qualified: str) -> bool:
+    """`torch.optim.AdamW`, `torch.optim.adamw.AdamW`: one of torch's optimizers."""
+    return qualified.startswith("torch.optim.") and "lr_scheduler" not in qualified and qualified.rpartition(".")[2] in _OPTIMIZER_CLASSES
+
+
 # Attributes of the frameworks' objects (Accelerate's `Accelerator`, Lightning's `Trainer`, Fabric),
 # known by their names since the objects' classes are not followed.
 _FRAMEWORK_ATTRIBUTES: Mapping[str, Value] = {
@@ -1016,6 +1050,25 @@ class ExecutionModel:
         found = self._lookup(qualified, from_file)
         return (found[1], found[2]) if found is not None and found[0] == "class" else None
 
+    @cached_property
+    def plain_object_makers(self) -> FrozenSet[str]:
+        """The names a file must call to hold an object of a plain project class: the class (`FixMatch`),
+        or a project function that returns one."""
+        classes = frozenset(name.rpartition(".")[2] for name in self._class_file if self.plain_class(name))
+        return classes | frozenset(name for name, built in self._built_by.items() if built & classes)
+
+    def plain_class(self, class_name: str, seen: FrozenSet[str] = frozenset()) -> bool:
+        """Whether the project class is no `nn.Module`: every base is a plain class of the project (or
+        `object`), and it defines no `parameters` a wrapper could call."""
+        filename = self._class_file.get(class_name)
+        if filename is None or class_name in seen or self._method(class_name, "parameters") is not None:
+            return False
+        for base in self.files[filename].classes.get(class_name, ()):
+            resolved = self._class(base, filename)
+            if base != "object" and (resolved is None or not self.plain_class(resolved[1], seen | {class_name})):
+                return False
+        return True
+
     def _method(self, class_name: str, method: str, seen: Optional[Set[str]] = None) -> Optional[FunctionId]:
         """The method a call on an instance of the class runs: its own, or the nearest base's."""
         seen = seen if seen is not None else set()
@@ -1075,6 +1128,13 @@ class ExecutionModel:
             return []
         if kind == "m":
             receiver, method = callee[1], callee[2]
+            if method == "__call__" and receiver[0] == "v" and receiver[1].startswith("G:") and receiver[1] not in self._assigned:
+                # A name the module neither defines nor imports by name: one of its `from X import *` (`from engine import *`).
+                name = receiver[1].rpartition(":")[2]
+                for module in self.files[from_file].summary.star_imports:
+                    found = self.targets(("q", f"{module}.{name}"), from_file)
+                    if found:
+                        return found
             if receiver[0] == "self":
                 return [(target, 1) for target in self._overrides(receiver[1], method)]
             return [(target, 1) for name in sorted(self.types(receiver, from_file)) for target in [self._method(name, method)] if target]
@@ -1244,7 +1304,7 @@ class ExecutionModel:
     def _entry_truth(self, entry: FunctionId, launch: Truth, evaluation: "Evaluation") -> Dict[FunctionId, Truth]:
         """Where each function the entry reaches runs when called: along the calls, each call's
         conditions narrow where its caller runs; the workers a spawn starts run on every rank."""
-        truth: Dict[FunctionId, Truth] = {entry: launch & self._decorated(entry)}
+        truth: Dict[FunctionId, Truth] = {entry: launch & self._decorated(entry, evaluation)}
         pending: List[FunctionId] = [entry]
         while pending:
             current = pending.pop()
@@ -1258,7 +1318,7 @@ class ExecutionModel:
                     arriving = WORKERS if self._reaches_group(target)[0] else ONE_PROCESS
                 else:
                     arriving = reached
-                arriving = arriving & self._decorated(target)
+                arriving = arriving & self._decorated(target, evaluation)
                 before = truth.get(target)
                 after = arriving if before is None else before | arriving
                 if after != before:
@@ -1266,12 +1326,34 @@ class ExecutionModel:
                     pending.append(target)
         return truth
 
-    def _decorated(self, function_id: FunctionId) -> Truth:
-        """`@rank_zero_only` (Lightning), `@master_only` (mmcv): the body runs on rank 0 alone."""
+    def _decorated(self, function_id: FunctionId, evaluation: "Evaluation") -> Truth:
+        """Where a decorated function's body runs when called: `@rank_zero_only` (Lightning), `@master_only`
+        (mmcv) on rank 0 alone; a project's decorator where its wrapper calls the function (`if rank == 0:
+        return func(*args, **kwargs)`)."""
+        truth = ALWAYS
         for decorator in self.function(function_id).decorators:
             if _RANK_ZERO_DECORATOR.search(decorator.rpartition(".")[2]):
                 return Truth("TTFF")
-        return ALWAYS
+            found = self._lookup(decorator, function_id[0])
+            if found is not None and found[0] == "function":
+                truth = truth & self._wrapper_calls((found[1], found[2]), evaluation)
+        return truth
+
+    def _wrapper_calls(self, decorator: FunctionId, evaluation: "Evaluation") -> Truth:
+        """Where the wrapper a decorator defines calls the function it decorates (always, if it defines none)."""
+        function = self.function(decorator)
+        if not function.params:
+            return ALWAYS
+        wrapped = ("v", self._parameter_prefix(decorator) + function.params[0])
+        truth: Optional[Truth] = None
+        inner = decorator[1] + "."
+        for name, nested in self.files[decorator[0]].functions.items():
+            if name.startswith(inner) and "." not in name[len(inner) :]:
+                for site in nested.calls:
+                    if site.callee == ("m", wrapped, "__call__"):
+                        found = evaluation.guard_truth(site.guard, decorator[0])
+                        truth = found if truth is None else truth | found
+        return ALWAYS if truth is None else truth
 
     @cached_property
     def _built_by(self) -> Dict[str, FrozenSet[str]]:
@@ -1313,7 +1395,7 @@ class ExecutionModel:
         for caller, site, skipped, _ in callers:
             if caller not in program.truth:
                 continue
-            at_site = evaluation.guard_truth(site.guard, caller[0], program.truth[caller]) & self._decorated(function_id)
+            at_site = evaluation.guard_truth(site.guard, caller[0], program.truth[caller]) & self._decorated(function_id, evaluation)
             if at_site == NEVER:
                 continue
             if any(name in ("*", "**") for name, _ in site.keywords):
@@ -1348,18 +1430,21 @@ class ExecutionModel:
                     found[self._parameter_prefix((filename, name)) + param] = ((filename, name), index)
         return found
 
-    def assignments(self, key: str, within: Optional[FrozenSet[FunctionId]] = None) -> List[Tuple[FunctionId, Guard, Expr]]:
+    def assignments(
+        self, key: str, within: Optional[FrozenSet[FunctionId]] = None, seen: FrozenSet[str] = frozenset()
+    ) -> List[Tuple[FunctionId, Guard, Expr]]:
         """The values assigned to a variable (by the functions `within`, if given); for an attribute of
-        `self`, in the class's bases too."""
+        `self`, in the class's bases too (once each: `class Block(Block)` names the imported `Block`,
+        which may resolve to itself)."""
         found = [entry for entry in self._assigned.get(key, ()) if within is None or entry[0] in within]
         if found or not key.startswith("S:"):
             return found
         class_name, _, path = key[2:].partition(":")
         filename = self._class_file.get(class_name)
-        for base in self.files[filename].classes.get(class_name, ()) if filename else ():
+        for base in self.files[filename].classes.get(class_name, ()) if filename and class_name not in seen else ():
             resolved = self._class(base, filename)  # type: ignore[arg-type]
             if resolved is not None:
-                inherited = self.assignments(f"S:{resolved[1]}:{path}", within)
+                inherited = self.assignments(f"S:{resolved[1]}:{path}", within, seen | {class_name})
                 if inherited:
                     return inherited
         return []
@@ -1381,6 +1466,7 @@ class Evaluation:
         self._mode_tests = {test: "T" if holds else "F" for test, holds in modes}
         self._functions = functions  # the program's own: only their assignments count (None: every function's)
         self._values: Dict[str, Value] = {}
+        self._evaluating: Set[str] = set()  # the variables whose assignments are being read (a cycle)
 
     def guard_truth(self, guard: Guard, filename: str, within: Truth = ALWAYS, bindings: Optional[Mapping[str, Value]] = None, depth: int = 0) -> Truth:
         found = within
@@ -1481,6 +1567,15 @@ class Evaluation:
                 # `dist.get_rank(group=local_group)`: the rank within a subgroup (a node's, often), not the job's
                 return ("rank", "any") if known[0] == "rank" else UNIFORM_VALUE
             return known
+        if callee[0] == "q" and _optimizer_class(callee[1]):
+            return ("object", "torch.optim.Optimizer")
+        if callee[0] == "m" and callee[2] == "prepare" and self.value(callee[1], filename, bindings, depth) == ACCELERATOR:
+            # `accelerator.prepare(model, optimizer, ...)` hands back each object wrapped, in order: the same kinds.
+            prepared = tuple(
+                SAME_VALUE if argument[0] == "v" and argument[1] in self._evaluating else self.value(argument, filename, bindings, depth)
+                for argument in arguments
+            )
+            return prepared[0] if len(prepared) == 1 else ("tuple", *prepared)
         if callee[0] == "m" and callee[2] in ("item", "to", "cuda", "cpu", "__call__", "format", "strip", "lower"):
             inner = self.value(callee[1], filename, bindings, depth)
             if callee[2] == "format":
@@ -1496,11 +1591,13 @@ class Evaluation:
                     continue
                 own: Dict[str, Value] = {}
                 scope = self.model._parameter_prefix(target)
-                for name, argument in zip(function.params[skipped:], arguments):
-                    own[scope + name] = self.value(argument, filename, bindings, depth + 1)
-                for name, argument in keywords:
-                    if name in function.params:
-                        own[scope + name] = self.value(argument, filename, bindings, depth + 1)
+                site = CallSite(callee, (), 0, arguments, keywords)
+                for index, name in enumerate(function.params[skipped:]):
+                    # What the call passes, or the default it leaves (`is_master(args)`: `local=False`);
+                    # after a `*args` only what is passed by keyword is known.
+                    passed = dict(keywords).get(name) if ("*", UNKNOWN) in keywords else self.passed(site, function, index, name)
+                    if passed is not None:
+                        own[scope + name] = self.value(passed, filename, bindings, depth + 1)
                 values = [(guard, self.value(returned, target[0], own, depth + 1)) for guard, returned in function.returns]
                 if all(value[0] in ("bool", "const") for _, value in values):
                     # A predicate: it holds where one of its `return`s gives true, under that return's conditions.
@@ -1540,6 +1637,15 @@ class Evaluation:
         option = key.startswith("A:")
         given = (_by_name(key.rpartition(".")[2]) or UNIFORM_VALUE) if option else UNIFORM_VALUE
         self._values[key] = given  # a cycle adds nothing more
+        self._evaluating.add(key)
+        try:
+            found = self._assigned_value(key, option, given)
+        finally:
+            self._evaluating.discard(key)
+        self._values[key] = found
+        return found
+
+    def _assigned_value(self, key: str, option: bool, given: Value) -> Value:
         found: Optional[Value] = None
         flags: List[Tuple[Truth, Truth]] = []  # (where assigned, the truth assigned) of each boolean value
         for (filename, _), guard, value in self.model.assignments(key, self._functions):
@@ -1547,6 +1653,8 @@ class Evaluation:
             if assigned_where == NEVER:
                 continue
             evaluated = self.value(value, filename)
+            if evaluated == SAME_VALUE:
+                continue  # `model = accelerator.prepare(model)`: what it held before
             if evaluated == UNIFORM_VALUE and value[0] in ("call", "item", "u"):
                 # What a call nothing resolves returns (`cfg.LOCAL_RANK = getattr(utils, f"init_{launcher}")(...)`)
                 # is unknown: a name that says it holds a rank holds one.
@@ -1574,7 +1682,6 @@ class Evaluation:
             found = parameter if found is None else join(found, parameter)
         if found is None:
             found = _by_name(key.rpartition(":")[2].rpartition(".")[2]) or UNIFORM_VALUE
-        self._values[key] = found
         return found
 
     def passed(self, site: CallSite, function: FunctionSummary, position: int, param: str) -> Optional[Expr]:
@@ -1782,6 +1889,17 @@ class FileExecution:
             found_value = evaluation.value(expr, self.filename)
             value = found_value if value is None else join(value, found_value)
         return value  # type: ignore[return-value]
+
+    def holds_plain_objects(self, code: str, line: int) -> bool:
+        """Whether an expression at the line holds only objects of project classes that are no `nn.Module`
+        (`FixMatch(...)`, whose `.model` is the network)."""
+        try:
+            node = ast.parse(f"(\n{code}\n)", mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+        found = self._function_at(line)
+        classes = self.model.types(self.symbols.expr(node, found[2] if found is not None else self.symbols.module_scope), self.filename)
+        return bool(classes) and all(self.model.plain_class(name) for name in classes)
 
     def varies(self, code: str, line: int) -> bool:
         """Whether an expression at the line may hold a different value on each rank (a path built from the rank)."""

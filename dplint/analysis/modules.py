@@ -109,7 +109,10 @@ class ModuleIndex:
                 package_base = os.path.dirname(package_base)
             found = [directory, package_base]
             if self.root is not None and _is_within(directory, self.root):
-                folder = directory
+                # The folders above: where the program may have been started. Not those inside the package
+                # (between the file's folder and its package base): no launch puts them on `sys.path`, and
+                # `import ray` in `pkg/trainer/ray/engine.py` is the library, not `pkg/trainer/ray/`.
+                folder = package_base
                 while folder != self.root and os.path.dirname(folder) != folder:
                     folder = os.path.dirname(folder)
                     found.append(folder)

@@ -113,6 +113,9 @@ def _built_wrapper(ctx: FileContext, value: cst.BaseExpression, classes: Mapping
         return None
     if wrapper in WRAPPER_KEYWORDS and not set(_keywords(value)) <= WRAPPER_KEYWORDS[wrapper]:
         return None  # `DataParallel(net, output_dim=1)` raises TypeError: no wrapper is ever made
+    wrapped = next((arg.value for arg in value.args if arg.keyword is None or arg.keyword.value == "module"), None)
+    if wrapped is not None and ctx.never_a_module(wrapped):
+        return None  # `DDP(FixMatch(...))`, an object that is no module: the wrap raises
     return wrapper, value
 
 
