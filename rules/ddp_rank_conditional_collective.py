@@ -192,8 +192,9 @@ class RankConditionalCollective(Rule):
     condition in the message, and it does not hang for a model without buffers or with
     `broadcast_buffers=False`. The body of `if local_rank == -1:` runs only without a process group
     and is not checked. Accelerate's `save_state` and `get_state_dict` gather only under DeepSpeed or
-    FSDP, which the launch configuration chooses, and are not reported; nor is Lightning's
-    `trainer.save_checkpoint` run by a single-device Trainer, which is reported like any other.
+    FSDP, which the launch configuration chooses, and are not reported. A single-device Lightning
+    Trainer's `trainer.save_checkpoint` under `is_global_zero` is reported too, though it runs no
+    collective there.
     """
 
     code = "DPL507"

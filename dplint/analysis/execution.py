@@ -797,14 +797,14 @@ _LIBRARY_VALUES: Mapping[str, Value] = {
     # (engine, optimizer, training loader, scheduler)
     "deepspeed.initialize": ("tuple", ("object", "deepspeed.DeepSpeedEngine"), UNIFORM_VALUE, UNIFORM_VALUE, UNIFORM_VALUE),
 }
-_OPTIMIZER_CLASSES = frozenset(
-    {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS", "SparseAdam", "ASGD", "Rprop", "Adafactor", "Muon"}
-)
 
 
 def _optimizer_class(qualified: str) -> bool:
-    """`torch.optim.AdamW`, `torch.optim.adamw.AdamW`: one of torch's optimizers."""
-    return qualified.startswith("torch.optim.") and "lr_scheduler" not in qualified and qualified.rpartition(".")[2] in _OPTIMIZER_CLASSES
+    """`torch.optim.AdamW`, `torch.optim.adamw.AdamW`: a class of torch.optim outside its schedulers and
+    weight averaging, which are its optimizers."""
+    module, _, name = qualified.rpartition(".")
+    in_optim = module == "torch.optim" or module.startswith("torch.optim.")
+    return in_optim and name[:1].isupper() and not any(part in module for part in ("lr_scheduler", "swa_utils"))
 
 
 # Attributes of the frameworks' objects (Accelerate's `Accelerator`, Lightning's `Trainer`, Fabric),

@@ -112,7 +112,7 @@ class ModuleIndex:
                 # The folders above: where the program may have been started. Not those inside the package
                 # (between the file's folder and its package base): no launch puts them on `sys.path`, and
                 # `import ray` in `pkg/trainer/ray/engine.py` is the library, not `pkg/trainer/ray/`.
-                folder = package_base
+                folder = package_base if _is_within(package_base, self.root) else self.root
                 while folder != self.root and os.path.dirname(folder) != folder:
                     folder = os.path.dirname(folder)
                     found.append(folder)
