@@ -73,7 +73,7 @@ class ModelChangedAfterDdpWrap(Rule):
     code = "DPL511"
     preview = True
     preview_reason = (
-        "Measured on 1 finding, false: a move in the branch where the model was never wrapped; too few to measure its precision."
+        "Measured on 2 findings, both false: a move in the branch where the model was never wrapped, and a `.cuda()` of a model already on its GPU."
     )
     name = "model-changed-after-ddp-wrap"
     summary = "Parameters loaded on one rank, cast, moved or replaced after the DDP wrap: replicas drift apart."
