@@ -751,6 +751,30 @@ def test_fsdp2_runs_on_cpu_ranks_and_a_checkpoint_saved_on_rank_zero_alone_stops
     assert line.startswith("fsdp2.py:10:5: DPL507 Collective mismatch: rank 0 is in dist.gather_object(dst=0) at fsdp2.py:10;")
 
 
+def test_an_fsdp2_full_state_dict_gathered_on_rank_zero_alone_is_a_mismatch_at_its_line(tmp_path: Path) -> None:
+    script = tmp_path / "full_state.py"
+    script.write_text(
+        "import torch\nimport torch.distributed as dist\nfrom torch import nn\nfrom torch.distributed.fsdp import fully_shard\n"
+        "from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict\n\n"
+        "dist.init_process_group('nccl')\n"
+        "model = fully_shard(nn.Linear(8, 8))\n"
+        "model(torch.randn(2, 8)).sum().backward()\n"
+        "options = StateDictOptions(full_state_dict=True, cpu_offload=True)\n"
+        "{where}"
+    )
+    buggy = script.read_text().replace("{where}", "if dist.get_rank() == 0:\n    torch.save(get_model_state_dict(model, options=options), 'full.pt')\n")
+    script.write_text(buggy)
+    result = dplint_run(str(script), cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    [line] = result.stdout.splitlines()
+    assert line.startswith("full_state.py:12:16: DPL507 Collective mismatch: rank 0 is in dist.checkpoint.state_dict.get_model_state_dict() at full_state.py:12;")
+    # Every rank gathers, rank 0 alone writes: clean.
+    script.write_text(buggy.replace("if dist.get_rank() == 0:\n    torch.save(get_model_state_dict(model, options=options), 'full.pt')\n",
+                                    "state = get_model_state_dict(model, options=options)\nif dist.get_rank() == 0:\n    torch.save(state, 'full.pt')\n"))  # fmt: skip
+    fixed = dplint_run(str(script), cwd=tmp_path)
+    assert (fixed.returncode, fixed.stdout) == (0, ""), fixed.stderr
+
+
 def test_fsdp1_is_refused_in_one_line_naming_the_wrap(tmp_path: Path) -> None:
     script = tmp_path / "fsdp1.py"
     script.write_text(

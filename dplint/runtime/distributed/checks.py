@@ -162,6 +162,7 @@ def install(channel: Channel, checks: Set[str], group_ready: bool = False, gpus:
     if "collectives" in checks:
         for name in COLLECTIVES:
             _replace_distributed_function(name, _collective(rank, name, getattr(dist.distributed_c10d, name)))
+        _install_gathers(rank)
     DistributedDataParallel.__init__ = _ddp_init(rank, DistributedDataParallel.__init__)
     if checks & {"collectives", "divergence", "unused-parameters"}:
         DistributedDataParallel.forward = _ddp_forward(rank, DistributedDataParallel.forward)
@@ -355,6 +356,18 @@ def _collective(rank: _RankChecks, name: str, original: Callable[..., Any]) -> C
         return result
 
     return collective
+
+
+def _install_gathers(rank: _RankChecks) -> None:
+    """torch's calls that gather a sharded model or tensor on every rank, through DTensor's functional
+    collectives, which the c10d functions above never see: each is checked as one collective, so a full
+    state dict taken on rank 0 alone is a mismatch at the user's line, not a hang."""
+    from torch.distributed.checkpoint import state_dict
+    from torch.distributed.tensor import DTensor
+
+    for name in ("get_model_state_dict", "get_optimizer_state_dict", "get_state_dict"):
+        setattr(state_dict, name, _collective(rank, f"checkpoint.state_dict.{name}", getattr(state_dict, name)))
+    DTensor.full_tensor = _collective(rank, "tensor.DTensor.full_tensor", DTensor.full_tensor)
 
 
 def _install_dataparallel(channel: Channel, gpus: int) -> None:
