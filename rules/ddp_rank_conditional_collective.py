@@ -18,6 +18,7 @@ from dplint.analysis.ddp import (
     CALLS_A_FRAMEWORK_COLLECTIVE,
     CHECKPOINT_COLLECTIVES,
     FRAMEWORK_COLLECTIVES,
+    FRAMEWORK_METHODS,
     FSDP,
     FSDP_COLLECTIVE_METHODS,
     ScopeInfo,
@@ -99,13 +100,11 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
         receiver = dotted(call.func.value)
         if receiver is not None and receiver in wrapped_names(ctx, scope, FSDP_CLASSES):
             return [Collective(f"FSDP `{receiver}.state_dict()`", call)]
-    if isinstance(call.func, cst.Attribute) and call.func.attr.value in _FRAMEWORK_METHODS:
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in FRAMEWORK_METHODS:
         if call.func.attr.value in FRAMEWORK_COLLECTIVES.get(ctx.object_class(call.func.value) or "", ()):
             return [Collective(f"`{ctx.code(call.func)}()`", call)]
     return []
 
-
-_FRAMEWORK_METHODS = frozenset().union(*FRAMEWORK_COLLECTIVES.values())
 
 
 def collectives_of(ctx: FileContext, callees: _Callees, scope: ScopeInfo, block: Body) -> List[Collective]:

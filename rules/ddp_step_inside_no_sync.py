@@ -6,11 +6,10 @@ import libcst as cst
 
 from dplint.analysis.context import FileContext
 from dplint.analysis.ddp import ScopeInfo, iter_scopes, scope_calls
+from dplint.analysis.execution import OPTIMIZER
 from dplint.analysis.names import Body, child_blocks
 from dplint.analysis.patterns import GuardedPattern
 from dplint.rule import Invalid, Report, Rule, Valid
-
-OPTIMIZER = "torch.optim.Optimizer"
 
 
 class OptimizerStepInsideNoSync(Rule):

@@ -48,8 +48,10 @@ CHECKPOINT_COLLECTIVES = frozenset(
     f"torch.distributed.checkpoint.{name}"
     for name in ("save", "load", "async_save", "state_dict_saver.save", "state_dict_saver.async_save", "state_dict_loader.load")
 )
+# The frameworks' collective methods by name alone: a first test of a call, before its receiver's value is read.
+FRAMEWORK_METHODS = frozenset().union(*FRAMEWORK_COLLECTIVES.values())
 # A file that calls one of these methods by name (a prefilter: the receiver is read later).
-_COLLECTIVE_METHODS = sorted(set().union(*FRAMEWORK_COLLECTIVES.values(), (name.rpartition(".")[2] for name in CHECKPOINT_COLLECTIVES)))
+_COLLECTIVE_METHODS = sorted(FRAMEWORK_METHODS | {name.rpartition(".")[2] for name in CHECKPOINT_COLLECTIVES})
 CALLS_A_FRAMEWORK_COLLECTIVE = GuardedPattern(r"\.(?:" + "|".join(_COLLECTIVE_METHODS) + r")\s*\(", _COLLECTIVE_METHODS)
 # FSDP's class methods that gather the full parameters: every rank must call them.
 FSDP_COLLECTIVE_METHODS = frozenset({"summon_full_params", "full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict"})

@@ -155,6 +155,17 @@ SPAWNERS = frozenset(
     }
 )  # fmt: skip
 _PROCESS_CLASSES = frozenset({"multiprocessing.Process", "torch.multiprocessing.Process", "multiprocessing.context.Process"})
+# The frameworks' classes, by every name a program may build one with, and what it builds (an object of
+# that class, as `Evaluation.value` knows it); `deepspeed.initialize` hands back its engine first.
+_FRAMEWORK_CLASSES: Mapping[str, str] = {
+    **dict.fromkeys(("accelerate.Accelerator", "accelerate.accelerator.Accelerator"), "accelerate.Accelerator"),
+    **dict.fromkeys(
+        ("lightning.Trainer", "lightning.pytorch.Trainer", "lightning.pytorch.trainer.trainer.Trainer", "pytorch_lightning.Trainer"),
+        "lightning.Trainer",
+    ),
+    **dict.fromkeys(("lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"), "lightning.Fabric"),
+    "deepspeed.initialize": "deepspeed.DeepSpeedEngine",
+}
 # Calls that start the process group (or a library's setup that does).
 GROUP_STARTERS = frozenset(
     {
@@ -162,12 +173,11 @@ GROUP_STARTERS = frozenset(
         "mmcv.runner.init_dist", "mmcv.runner.dist_utils.init_dist", "mmengine.dist.init_dist",
         "deepspeed.init_distributed", "deepspeed.comm.init_distributed", "horovod.torch.init",
         "colossalai.launch", "colossalai.launch_from_torch", "colossalai.launch_from_slurm",
-        # The frameworks join the group their launcher set up when their object is built (Lightning's
-        # Trainer and Fabric when they launch: every rank runs the script that built them).
-        "accelerate.Accelerator", "accelerate.accelerator.Accelerator", "accelerate.PartialState", "accelerate.state.PartialState",
-        "lightning.Trainer", "lightning.pytorch.Trainer", "lightning.pytorch.trainer.trainer.Trainer", "pytorch_lightning.Trainer",
-        "lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric",
+        "accelerate.PartialState", "accelerate.state.PartialState",
     }
+    # The frameworks join the group their launcher set up when their object is built (Lightning's
+    # Trainer and Fabric when they launch: every rank runs the script that built them).
+    | {name for name in _FRAMEWORK_CLASSES if name != "deepspeed.initialize"}  # a wrap, below
 )  # fmt: skip
 # Wraps that need a process group: a program that makes one runs in a group, wherever it was started.
 GROUP_WRAPPERS = frozenset(
@@ -450,11 +460,16 @@ class Symbols:
                 return ("or", ("env", key), default) if default != ("c", None) else ("env", key)
             if name in _TRANSPARENT and len(node.args) == 1:
                 return self.expr(node.args[0], scope)
+        return ("call", callee, *self.call_arguments(node, scope))
+
+    def call_arguments(self, node: ast.Call, scope: _Scope) -> Tuple[Tuple[Expr, ...], Tuple[Tuple[str, Expr], ...]]:
+        """What a call passes: its positional arguments, and its keywords (`**` for an unpacked dict, and
+        `*` when a `*args` leaves the positions after it unknown)."""
         arguments = tuple(self.expr(argument, scope) for argument in node.args if not isinstance(argument, ast.Starred))
         keywords = tuple((keyword.arg or "**", self.expr(keyword.value, scope)) for keyword in node.keywords)
         if any(isinstance(argument, ast.Starred) for argument in node.args):
-            keywords += (("*", UNKNOWN),)  # `f(*args)`: the positions after it are not known
-        return ("call", callee, arguments, keywords)
+            keywords += (("*", UNKNOWN),)
+        return arguments, keywords
 
 
 def _attribute_path(node: ast.AST) -> List[str]:
@@ -654,10 +669,7 @@ def _summarize_body(node: ast.AST, name: str, body: Sequence[ast.stmt], symbols:
                 continue
             line = inner.lineno
             qualified = callee[1] if callee[0] == "q" else ""
-            arguments = tuple(symbols.expr(argument, scope) for argument in inner.args if not isinstance(argument, ast.Starred))
-            keywords = tuple((keyword.arg or "**", symbols.expr(keyword.value, scope)) for keyword in inner.keywords)
-            if any(isinstance(argument, ast.Starred) for argument in inner.args):
-                keywords += (("*", UNKNOWN),)  # `f(*args)`: the positions after it are not known
+            arguments, keywords = symbols.call_arguments(inner, scope)
             if qualified in GROUP_STARTERS:
                 starts.append((guard, line))
             if qualified in GROUP_WRAPPERS:
@@ -788,15 +800,13 @@ _LIBRARY_VALUES: Mapping[str, Value] = {
     "detectron2.utils.comm.get_local_rank": ("rank", "local"),
     "detectron2.utils.comm.get_world_size": ("world",),
     "detectron2.utils.comm.is_main_process": ("bool", Truth("UTFF")),
-    **{name: ACCELERATOR for name in ("accelerate.Accelerator", "accelerate.accelerator.Accelerator")},
-    **{
-        name: ("object", "lightning.Trainer")
-        for name in ("lightning.Trainer", "lightning.pytorch.Trainer", "lightning.pytorch.trainer.trainer.Trainer", "pytorch_lightning.Trainer")
-    },
-    **{name: ("object", "lightning.Fabric") for name in ("lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric")},
+    **{name: ("object", built) for name, built in _FRAMEWORK_CLASSES.items() if name != "deepspeed.initialize"},
     # (engine, optimizer, training loader, scheduler)
-    "deepspeed.initialize": ("tuple", ("object", "deepspeed.DeepSpeedEngine"), UNIFORM_VALUE, UNIFORM_VALUE, UNIFORM_VALUE),
+    "deepspeed.initialize": ("tuple", ("object", _FRAMEWORK_CLASSES["deepspeed.initialize"]), UNIFORM_VALUE, UNIFORM_VALUE, UNIFORM_VALUE),
 }
+
+
+OPTIMIZER = "torch.optim.Optimizer"  # what any of torch's optimizers is, as an object's class
 
 
 def _optimizer_class(qualified: str) -> bool:
@@ -1568,7 +1578,7 @@ class Evaluation:
                 return ("rank", "any") if known[0] == "rank" else UNIFORM_VALUE
             return known
         if callee[0] == "q" and _optimizer_class(callee[1]):
-            return ("object", "torch.optim.Optimizer")
+            return ("object", OPTIMIZER)
         if callee[0] == "m" and callee[2] == "prepare" and self.value(callee[1], filename, bindings, depth) == ACCELERATOR:
             # `accelerator.prepare(model, optimizer, ...)` hands back each object wrapped, in order: the same kinds.
             prepared = tuple(

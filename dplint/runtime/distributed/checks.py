@@ -401,7 +401,7 @@ def explained(error: BaseException) -> BaseException:
     rank = _active
     if rank is None or not rank.none_results or not isinstance(error, (TypeError, AttributeError)) or "NoneType" not in str(error):
         return error
-    failing = next((tb for tb in _frames(error.__traceback__) if user_code(tb.tb_frame.f_code.co_filename)), None)
+    failing = _failing_user_frame(error)
     if failing is None:
         return error
     filename = failing.tb_frame.f_code.co_filename
@@ -431,7 +431,7 @@ def explained(error: BaseException) -> BaseException:
 
 def _global_rank_as_device(error: devices.InvalidDevice) -> BaseException:
     global_rank, local_rank = int(os.environ.get("RANK", -1)), int(os.environ.get("LOCAL_RANK", -1))
-    failing = next((tb for tb in _frames(error.__traceback__) if user_code(tb.tb_frame.f_code.co_filename)), None)
+    failing = _failing_user_frame(error)
     if error.index != global_rank or global_rank == local_rank or failing is None:
         return error
     message = (
@@ -441,6 +441,11 @@ def _global_rank_as_device(error: devices.InvalidDevice) -> BaseException:
     pitfall = DistributedPitfall("DPL516", message, frame_spot(failing.tb_frame))
     pitfall.__cause__ = error
     return pitfall
+
+
+def _failing_user_frame(error: BaseException) -> Any:
+    """The traceback entry of the innermost frame of the user's code that the error passed through (None: none)."""
+    return next((tb for tb in _frames(error.__traceback__) if user_code(tb.tb_frame.f_code.co_filename)), None)
 
 
 def _frames(traceback: Any) -> List[Any]:

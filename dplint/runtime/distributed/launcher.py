@@ -41,10 +41,9 @@ def _validate(nprocs: Any, timeout: Any, checks: Iterable[str], action: str) -> 
     return chosen
 
 
-def rank_environment(rank: int, world_size: int, port: int, per_node: Optional[int] = None) -> Dict[str, str]:
-    """The variables torchrun sets for one rank, its node holding `per_node` ranks (None: all of them, one
-    node), pointed at dplint's store; real GPUs hidden."""
-    per_node = per_node or world_size
+def rank_environment(rank: int, world_size: int, port: int, per_node: int) -> Dict[str, str]:
+    """The variables torchrun sets for one rank, its node holding `per_node` ranks, pointed at dplint's
+    store; real GPUs hidden."""
     environment = {
         "RANK": str(rank),
         "LOCAL_RANK": str(rank % per_node),
@@ -226,7 +225,7 @@ def launch(
     from dplint.runtime.distributed.rank import run_function
 
     chosen = _validate(nprocs, timeout, ALL_CHECKS if checks is None else checks, action)
-    outcome = _run(run_function, (fn, args, kwargs or {}), nprocs, {"timeout": float(timeout), "checks": chosen, "launcher": os.getpid()})
+    outcome = _run(run_function, (fn, args, kwargs or {}), nprocs, {"timeout": float(timeout), "checks": chosen, "launcher": os.getpid()}, nprocs)
     if outcome.interrupted is not None:
         raise outcome.interrupted
     _report(outcome, action)
@@ -284,13 +283,14 @@ def run_script(
     }  # fmt: skip
     if not isinstance(nnodes, int) or isinstance(nnodes, bool) or nnodes < 1 or (dataparallel and nnodes != 1):
         raise ValueError(f"nnodes must be a positive int (1 for a DataParallel run), got {nnodes!r}")
-    outcome = _run(run_rank, (tuple(target),), nprocs * nnodes, settings, per_node=nprocs)
+    outcome = _run(run_rank, (tuple(target),), nprocs * nnodes, settings, nprocs)
     outcome.gpus = gpus
     outcome.dataparallel = dataparallel
     return outcome
 
 
-def _run(target: Callable[..., Any], arguments: tuple, nprocs: int, settings: Dict[str, Any], per_node: Optional[int] = None) -> Outcome:
+def _run(target: Callable[..., Any], arguments: tuple, nprocs: int, settings: Dict[str, Any], per_node: int) -> Outcome:
+    """`nprocs` ranks in all, `per_node` of them on each emulated node."""
     context = _context()
     store = _store()
     started: List[_Rank] = []
@@ -304,7 +304,7 @@ def _run(target: Callable[..., Any], arguments: tuple, nprocs: int, settings: Di
             )
             process.start()
             started.append(_Rank(process))
-        return _supervise(store, started, float(settings["timeout"]), per_node or nprocs)
+        return _supervise(store, started, float(settings["timeout"]), per_node)
     finally:
         for rank in started:
             rank.stop()
