@@ -825,3 +825,44 @@ def test_a_class_whose_base_resolves_to_itself_is_read_once(tmp_path):
         """)  # fmt: skip
     result = lint(tmp_path, ("DPL",))
     assert [f.code for f in result.findings if f.code == "DPL000"] == [] and not result.internal_errors
+
+
+def test_two_scripts_of_one_name_in_different_folders_keep_their_own_locals(tmp_path: Path) -> None:
+    # Both scripts are module `train`; the DDP script's `trainer` (a project class) must not become the
+    # Lightning script's, whose rank-0-only `save_checkpoint` would then go unseen.
+    (tmp_path / "pyproject.toml").write_text("")
+    write(tmp_path, "ddp/engine.py", "class Trainer:\n    def __init__(self, model):\n        self.model = model\n")
+    write(
+        tmp_path,
+        "ddp/train.py",
+        """
+        import torch.distributed as dist
+        from engine import Trainer
+
+        def main(model):
+            dist.init_process_group("nccl")
+            trainer = Trainer(model)
+            if dist.get_rank() == 0:
+                print(trainer)
+
+        if __name__ == "__main__":
+            main(None)
+        """,
+    )
+    write(
+        tmp_path,
+        "lit/train.py",
+        """
+        import lightning as L
+
+        def main(model):
+            trainer = L.Trainer(accelerator="gpu", devices=2, strategy="ddp")
+            trainer.fit(model)
+            if trainer.is_global_zero:
+                trainer.save_checkpoint("last.ckpt")
+
+        if __name__ == "__main__":
+            main(None)
+        """,
+    )
+    assert codes(lint(tmp_path, ("DPL507",))) == [("lit/train.py", 8, "DPL507")]

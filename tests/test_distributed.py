@@ -734,6 +734,21 @@ def test_an_accelerate_script_runs_on_cpu_ranks_and_its_main_process_barrier_sto
     assert (tmp_path / "model.pt").exists()
 
 
+def test_a_lightning_script_for_two_gpus_runs_on_cpu_ranks_and_its_rank_zero_checkpoint_stops_at_the_scripts_line(tmp_path: Path) -> None:
+    # `Trainer(accelerator="gpu", devices=2, strategy="ddp")` as written: Lightning finds torchrun's
+    # environment, starts no processes of its own, and runs on the emulated GPUs.
+    script = FIXTURES / "lightning" / "train.py"
+    buggy = dplint_run("--nproc-per-node", "2", str(script), "--out", str(tmp_path / "last.ckpt"), cwd=tmp_path)
+    assert buggy.returncode == 1, buggy.stderr
+    [line] = buggy.stdout.splitlines()
+    place = spot_in(script, "trainer.save_checkpoint(args.out)")
+    assert line.startswith(f"{place}: DPL507 Collective mismatch: rank 0 is in dist.barrier() at {place.rsplit(':', 1)[0]};")
+    assert list(static_findings(FIXTURES / "lightning")) == [(f"train.py:{place.split(':', 1)[1]}", "DPL507")]
+    fixed = dplint_run("--nproc-per-node", "2", str(FIXTURES / "lightning_fixed" / "train.py"), "--out", str(tmp_path / "last.ckpt"), cwd=tmp_path)
+    assert (fixed.returncode, fixed.stdout) == (0, ""), fixed.stderr
+    assert (tmp_path / "last.ckpt").exists()
+
+
 def test_fsdp2_runs_on_cpu_ranks_and_a_checkpoint_saved_on_rank_zero_alone_stops_at_its_line(tmp_path: Path) -> None:
     script = tmp_path / "fsdp2.py"
     script.write_text(

@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
@@ -985,6 +986,45 @@ class _File:
     aliases: Dict[str, str] = field(default_factory=dict)
 
 
+def _own_module_names(summaries: Mapping[str, ExecutionSummary]) -> Dict[str, ExecutionSummary]:
+    """The summaries, each file's names its own: two scripts of one name in different folders
+    (`a/train.py`, `b/train.py`) are both module `train`, and their `main`s' locals must not meet."""
+    counts: Dict[str, int] = {}
+    for summary in summaries.values():
+        counts[summary.module] = counts.get(summary.module, 0) + 1
+    own: Dict[str, ExecutionSummary] = {}
+    seen: Dict[str, int] = {}
+    for filename in sorted(summaries):
+        summary = summaries[filename]
+        if counts[summary.module] > 1:
+            seen[summary.module] = seen.get(summary.module, 0) + 1
+            # `@` joins no name a program can spell, and no dot: a lookup never splits it.
+            summary = _renamed(summary, summary.module, f"{summary.module}@{seen[summary.module]}")
+        own[filename] = summary
+    return own
+
+
+def _renamed(item: object, old: str, new: str) -> object:
+    """`item` with the module `old`'s own names (qualified names, variable keys) under `new`; the
+    names it imports (aliases, star imports) stay as they are."""
+    if isinstance(item, str):
+        for prefix in ("", "L:", "G:", "S:"):
+            if item.startswith(prefix + old) and item[len(prefix) + len(old) : len(prefix) + len(old) + 1] in ("", ".", ":"):
+                return prefix + new + item[len(prefix) + len(old) :]
+        if item.startswith("T:"):  # `T:<holder key>|<attribute>`
+            return "T:" + str(_renamed(item[2:], old, new))
+        return item
+    if isinstance(item, tuple):
+        return tuple(_renamed(part, old, new) for part in item)
+    if isinstance(item, ExecutionSummary):
+        return dataclasses.replace(
+            item, module=new, functions=_renamed(item.functions, old, new), classes=_renamed(item.classes, old, new)  # type: ignore[arg-type]
+        )
+    if isinstance(item, (FunctionSummary, CallSite)):
+        return dataclasses.replace(item, **{f.name: _renamed(getattr(item, f.name), old, new) for f in dataclasses.fields(item)})
+    return item
+
+
 class ExecutionModel:
     """Where the functions of the project's programs run, from their entries along the resolved calls.
 
@@ -994,11 +1034,8 @@ class ExecutionModel:
 
     def __init__(self, summaries: Mapping[str, ExecutionSummary], resolve_module: Callable[[str, str], Optional[str]], imported: FrozenSet[str]) -> None:
         self.files: Dict[str, _File] = {}
-        self._by_module: Dict[str, str] = {}
-        for filename, summary in summaries.items():
-            info = _File(filename, summary, {f.name: f for f in summary.functions}, dict(summary.classes), dict(summary.aliases))
-            self.files[filename] = info
-            self._by_module.setdefault(summary.module, filename)
+        for filename, summary in _own_module_names(summaries).items():
+            self.files[filename] = _File(filename, summary, {f.name: f for f in summary.functions}, dict(summary.classes), dict(summary.aliases))
         self._resolve_module = resolve_module
         self._imported = imported
         # variable key → (function, guard, value) of each assignment
@@ -1776,6 +1813,8 @@ class FileExecution:
     def __init__(self, model: ExecutionModel, tree: ast.Module, filename: str, module: str, package: str) -> None:
         self.model = model
         self.filename = filename
+        if filename in model.files:
+            module = model.files[filename].summary.module  # the name the model knows the file by
         self.module = module
         self.symbols = Symbols(tree, module, package)
         # (first line, last line, name, node, scope) of the module's top level and of every function

@@ -11,11 +11,13 @@ GPU, so only placed tensors are compared.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 import torch
@@ -24,6 +26,11 @@ from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
 NAME = "dplint emulated GPU (CPU)"
+# What an emulated GPU reports of itself: a current data-centre GPU's compute capability (bfloat16 and
+# TF32 exist, as the emulated autocast has them) and memory, so code that picks a path by them takes
+# the one it takes on a training node.
+CAPABILITY = (8, 0)
+TOTAL_MEMORY = 80 * 2**30
 # The factories that take `device=`: under emulation a CUDA device makes their tensor on the CPU, placed.
 _FACTORIES = (
     "arange", "as_tensor", "asarray", "empty", "empty_like", "empty_strided", "eye", "full", "full_like", "linspace",
@@ -190,6 +197,81 @@ class _DeviceContext:
         self.emulation.current = self.previous
 
 
+class DeviceProperties:
+    """`torch.cuda.get_device_properties` of an emulated GPU."""
+
+    name = NAME
+    major, minor = CAPABILITY
+    total_memory = TOTAL_MEMORY
+    multi_processor_count = 1
+    is_integrated = False
+    is_multi_gpu_board = False
+
+    def __repr__(self) -> str:
+        return f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, total_memory={self.total_memory >> 20}MB)"
+
+
+class Stream:
+    """A CUDA stream of an emulated GPU: the CPU runs every operation in order, so waiting is never needed."""
+
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+        self.device = torch.device("cuda", active_index(device))
+        self.priority = priority
+
+    def wait_stream(self, stream: "Stream") -> None:
+        pass
+
+    def wait_event(self, event: "Event") -> None:
+        pass
+
+    def record_event(self, event: Optional["Event"] = None) -> "Event":
+        return event if event is not None else Event()
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+class Event:
+    """A CUDA event of an emulated GPU: recorded work has always finished."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.recorded_at: Optional[float] = None
+
+    def record(self, stream: Optional[Stream] = None) -> None:
+        self.recorded_at = time.perf_counter()
+
+    def wait(self, stream: Optional[Stream] = None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: "Event") -> float:
+        if self.recorded_at is None or end.recorded_at is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end.recorded_at - self.recorded_at) * 1000.0
+
+
+def active_index(device: Any) -> int:
+    """The emulated GPU a device argument names, the current one for None."""
+    emulation = active()
+    assert emulation is not None
+    index = emulation.index(device)
+    return emulation.current if index is None else index
+
+
 def _install_queries(emulation: Emulation) -> None:
     def set_device(device: Any) -> None:
         index = emulation.index(device)
@@ -207,6 +289,10 @@ def _install_queries(emulation: Emulation) -> None:
     def reset_peaks(device: Any = None) -> None:
         emulation.peaks.pop(emulation.current if device is None else emulation.index(device), None)
 
+    def properties(device: Any = None) -> DeviceProperties:
+        emulation.index(device)  # an index this process does not have fails as CUDA's does
+        return DeviceProperties()
+
     queries: Dict[str, Any] = {
         "is_available": lambda: True,
         "device_count": lambda: emulation.count,
@@ -221,6 +307,13 @@ def _install_queries(emulation: Emulation) -> None:
         "max_memory_reserved": memory_stat(emulation.peak),
         "reset_peak_memory_stats": reset_peaks,
         "get_device_name": lambda device=None: NAME,
+        "get_device_properties": properties,
+        "Stream": Stream,
+        "Event": Event,
+        "stream": lambda stream=None: contextlib.nullcontext(stream),
+        "current_stream": lambda device=None: Stream(device),
+        "default_stream": lambda device=None: Stream(device),
+        "get_device_capability": lambda device=None: (properties(device).major, properties(device).minor),
         "is_bf16_supported": lambda including_emulation=True: True,  # the emulated autocast runs on the CPU, which has bfloat16
     }
     for name, value in queries.items():
