@@ -42,6 +42,7 @@ STATIC_CODES = {
     "DPL515": True,
     "DPL516": True,
     "DPL517": True,
+    "DPL518": True,
 }
 # The codes that only the runtime hooks check.
 RUNTIME_ONLY_CODES = frozenset({
@@ -66,6 +67,7 @@ PREVIEW_CODES = frozenset({
     "DPL514",
     "DPL516",
     "DPL517",
+    "DPL518",
 })
 # Every rule's name and its code: a name is accepted wherever a code is.
 CODES_BY_NAME = {
@@ -110,6 +112,7 @@ CODES_BY_NAME = {
     "optimizer-before-fsdp-wrap": "DPL515",
     "global-rank-as-device": "DPL516",
     "optimizer-step-inside-no-sync": "DPL517",
+    "backward-bypasses-engine": "DPL518",
     "replica-divergence": "DPL520",
     "unused-parameters": "DPL521",
     "model-outside-strategy-scope": "DPL601",

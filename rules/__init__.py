@@ -21,6 +21,7 @@ from dplint.rules.ddp_local_rank_argument import LocalRankArgument
 from dplint.rules.ddp_sampler_set_epoch import DistributedSamplerSeedPerRank, DistributedSamplerWithoutSetEpoch
 from dplint.rules.ddp_shuffle_with_sampler import ShuffleWithDistributedSampler
 from dplint.rules.ddp_step_inside_no_sync import OptimizerStepInsideNoSync
+from dplint.rules.backward_bypasses_engine import BackwardBypassesEngine
 from dplint.rules.cuda_visible_devices import (
     CudaVisibleDevicesAfterCudaInit,
     CudaVisibleDevicesAfterTorchImport,
@@ -89,6 +90,7 @@ CHECKS: List[Type[Rule]] = [
     OptimizerBeforeFsdpWrap,
     GlobalRankAsDevice,
     OptimizerStepInsideNoSync,
+    BackwardBypassesEngine,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [

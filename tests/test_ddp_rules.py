@@ -866,3 +866,102 @@ def test_two_scripts_of_one_name_in_different_folders_keep_their_own_locals(tmp_
         """,
     )
     assert codes(lint(tmp_path, ("DPL507",))) == [("lit/train.py", 8, "DPL507")]
+
+
+# DPL518: a backward or step around the Accelerator or the DeepSpeed engine ------------------------------
+def test_a_backward_in_another_file_that_receives_the_prepared_accelerator_bypasses_it(tmp_path):
+    write(tmp_path, "main.py", """
+        import torch
+        from accelerate import Accelerator
+        from loop import train
+
+        def main():
+            accelerator = Accelerator(mixed_precision="fp16")
+            model = torch.nn.Linear(2, 2)
+            optimizer = torch.optim.AdamW(model.parameters())
+            model, optimizer = accelerator.prepare(model, optimizer)
+            train(accelerator, model, optimizer, [])
+
+        if __name__ == "__main__":
+            main()
+        """)  # fmt: skip
+    write(tmp_path, "loop.py", """
+        def train(accelerator, model, optimizer, loader):
+            for x in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+
+        def plain(model, loader):
+            for x in loader:
+                model(x).sum().backward()  # no accelerator in view
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL518",))) == [("loop.py", 5, "DPL518")]
+
+
+def test_the_other_branch_of_an_optional_accelerator_and_a_program_that_prepares_nothing_are_silent(tmp_path):
+    write(tmp_path, "optional.py", """
+        import torch
+        from accelerate import Accelerator
+
+        def main(args):
+            accelerator = Accelerator()
+            model = torch.nn.Linear(2, 2)
+            optimizer = torch.optim.AdamW(model.parameters())
+            model, optimizer = accelerator.prepare(model, optimizer)
+            for x in []:
+                loss = model(x).sum()
+                if accelerator is not None:
+                    accelerator.backward(loss)
+                else:
+                    loss.backward()
+                if not accelerator:
+                    loss.backward()
+
+        if __name__ == "__main__":
+            main(None)
+        """)  # fmt: skip
+    write(tmp_path, "unprepared.py", """
+        import torch
+        from accelerate import Accelerator
+
+        def main():
+            accelerator = Accelerator()
+            model = torch.nn.Linear(2, 2)
+            for x in []:
+                model(x).sum().backward()
+                accelerator.print("step")
+
+        if __name__ == "__main__":
+            main()
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL518",))) == []
+
+
+def test_a_deepspeed_trainer_steps_the_optimizer_it_passed_to_the_engine(tmp_path):
+    write(tmp_path, "trainer.py", """
+        import torch
+        import deepspeed
+
+        class Trainer:
+            def __init__(self, args, model):
+                self.optimizer = torch.optim.AdamW(model.parameters())
+                self.engine, _, _, _ = deepspeed.initialize(args=args, model=model, optimizer=self.optimizer)
+
+            def train_step(self, x, use_engine):
+                loss = self.engine(x).loss
+                if use_engine:
+                    self.engine.backward(loss)
+                    self.engine.step()
+                else:
+                    loss.backward()
+                    self.optimizer.step()
+                self.optimizer.step()
+        """)  # fmt: skip
+    write(tmp_path, "main.py", """
+        from trainer import Trainer
+
+        if __name__ == "__main__":
+            Trainer(None, None).train_step(1, True)
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL518",))) == [("trainer.py", 18, "DPL518")]

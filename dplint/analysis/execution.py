@@ -167,6 +167,15 @@ _FRAMEWORK_CLASSES: Mapping[str, str] = {
     **dict.fromkeys(("lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"), "lightning.Fabric"),
     "deepspeed.initialize": "deepspeed.DeepSpeedEngine",
 }
+ACCELERATOR_CLASS = "accelerate.Accelerator"
+DEEPSPEED_ENGINE = "deepspeed.DeepSpeedEngine"
+
+
+def builders_of(object_class: str) -> FrozenSet[str]:
+    """The qualified names a program builds an object of the framework's class with."""
+    return frozenset(name for name, built in _FRAMEWORK_CLASSES.items() if built == object_class)
+
+
 # Calls that start the process group (or a library's setup that does).
 GROUP_STARTERS = frozenset(
     {
@@ -776,6 +785,7 @@ _GLOBAL_RANK_VARIABLES = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RAN
 _LOCAL_RANK_VARIABLES = frozenset({"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
 _WORLD_SIZE_VARIABLES = frozenset({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
 ACCELERATOR: Value = ("object", "accelerate.Accelerator")
+DEEPSPEED_OPTIMIZER = "deepspeed.DeepSpeedOptimizer"  # the optimizer `deepspeed.initialize` hands back second: its engine steps it
 # What library calls return.
 _LIBRARY_VALUES: Mapping[str, Value] = {
     "torch.distributed.get_rank": ("rank", "global"),
@@ -803,7 +813,9 @@ _LIBRARY_VALUES: Mapping[str, Value] = {
     "detectron2.utils.comm.is_main_process": ("bool", Truth("UTFF")),
     **{name: ("object", built) for name, built in _FRAMEWORK_CLASSES.items() if name != "deepspeed.initialize"},
     # (engine, optimizer, training loader, scheduler)
-    "deepspeed.initialize": ("tuple", ("object", _FRAMEWORK_CLASSES["deepspeed.initialize"]), UNIFORM_VALUE, UNIFORM_VALUE, UNIFORM_VALUE),
+    "deepspeed.initialize": (
+        "tuple", ("object", _FRAMEWORK_CLASSES["deepspeed.initialize"]), ("object", DEEPSPEED_OPTIMIZER), UNIFORM_VALUE, UNIFORM_VALUE,
+    ),
 }
 
 
@@ -1422,6 +1434,28 @@ class ExecutionModel:
         """Whether a class of the project defines a method of that name."""
         return any(function.owner is not None and name.endswith("." + method) for info in self.files.values() for name, function in info.functions.items())
 
+    @cached_property
+    def called_names(self) -> FrozenSet[str]:
+        """The qualified names the project's functions call (`accelerate.Accelerator`, `deepspeed.initialize`)."""
+        return frozenset(
+            site.callee[1] for info in self.files.values() for function in info.functions.values() for site in function.calls if site.callee[0] == "q"
+        )
+
+    @cached_property
+    def _method_receivers(self) -> FrozenSet[Tuple[str, str]]:
+        """(variable key, method) of every `<variable>.<method>(...)` the project calls."""
+        return frozenset(
+            (site.callee[1][1], site.callee[2])
+            for info in self.files.values()
+            for function in info.functions.values()
+            for site in function.calls
+            if site.callee[0] == "m" and site.callee[1][0] == "v"
+        )
+
+    def method_called_on(self, key: str, method: str) -> bool:
+        """Whether the project calls `<the variable>.<method>(...)` anywhere (`model.parameters()`)."""
+        return (key, method) in self._method_receivers
+
     def calls_method(self, function_id: FunctionId, method: str) -> bool:
         """Whether the function calls `<anything>.<method>(...)`."""
         return any(site.callee[0] == "m" and site.callee[2] == method for site in self.function(function_id).calls)
@@ -1777,6 +1811,33 @@ def _mentions(expr: object, prefix: str) -> bool:
     return False
 
 
+def _object_test(test: Expr, key: str) -> Optional[bool]:
+    """The truth of a test of the variable `key` where it holds an object (truthy, never None):
+    `x`, `x is None`, `x is not None`, `x == None`, `not x`, and `and`/`or` of these; None if unknown."""
+    kind = test[0]
+    if kind == "v":
+        return True if test[1] == key else None
+    if kind == "not":
+        inner = _object_test(test[1], key)
+        return None if inner is None else not inner
+    if kind == "cmp" and test[1] in ("is", "is not", "==", "!="):
+        sides = (test[2], test[3])
+        if ("v", key) in sides and ("c", None) in sides:
+            return test[1] in ("is not", "!=")
+        return None
+    if kind in ("and", "or"):
+        parts = [_object_test(part, key) for part in test[1:]]
+        if kind == "and":
+            return False if False in parts else True if all(part is True for part in parts) else None
+        return True if True in parts else False if all(part is False for part in parts) else None
+    return None
+
+
+def guards_exclude(guard: Guard, other: Guard) -> bool:
+    """Whether two sets of conditions cannot both hold: one holds a test the other negates."""
+    return any((test, not holds) in other for test, holds in guard)
+
+
 # The kinds of expression a branch can test (a mode literal is one of these).
 _TESTS = frozenset({"v", "cmp", "has", "and", "or", "call", "attr"})
 
@@ -1920,6 +1981,87 @@ class FileExecution:
         if not programs:
             return None
         return all(any(self.model.calls_method(function, method) for function in program.truth) for program in programs)
+
+    def _expr(self, code: str, line: int) -> Optional[Expr]:
+        """The symbolic expression of source code written in the function at the line."""
+        try:
+            node = ast.parse(f"(\n{code}\n)", mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        found = self._function_at(line)
+        return self.symbols.expr(node, found[2] if found is not None else self.symbols.module_scope)
+
+    def _reaching_evaluations(self, line: int) -> List["Evaluation"]:
+        found = self._function_at(line)
+        evaluations = [evaluation for _, evaluation in self._evaluations(found[0])] if found is not None else []
+        return evaluations or [self.model.default_evaluation]
+
+    def rules_out_object(self, line: int, code: str) -> bool:
+        """Whether the conditions of the statement at the line rule out that the expression holds the
+        object it holds (`accelerator`, an Accelerator): a test of the expression itself (the body of
+        `if accelerator is None:`, the `else` of `if self.accelerator:`), or the negation of a condition
+        under which every assignment of that object is made (the `else` of `if args.deepspeed:` where the
+        engine is built under it). A statement outside any function's own statements is ruled out."""
+        found = self._statement(line)
+        expr = self._expr(code, line)
+        if found is None or expr is None:
+            return True
+        guard = found[2]
+        key = expr[1] if expr[0] == "v" else None
+        if key is not None:
+            for test, holds in guard:
+                known = _object_test(test, key)
+                if known is not None and known != holds:
+                    return True
+        held = self.value(code, line)
+        if key is None or held[0] != "object":
+            return False
+        for evaluation in self._reaching_evaluations(line):
+            common: Optional[Set[Tuple[Expr, bool]]] = None
+            for (filename, _), assigned_guard, assigned in self.model.assignments(key, evaluation._functions):
+                if evaluation.value(assigned, filename) == held:
+                    common = set(assigned_guard) if common is None else common & set(assigned_guard)
+            if common and any((test, not holds) in common for test, holds in guard):
+                return True
+        return False
+
+    def statement_guard(self, line: int) -> Optional[Guard]:
+        """The conditions the statement at the line runs under in its function (None: no statement there)."""
+        found = self._statement(line)
+        return found[2] if found is not None else None
+
+    def _program_calls(self, line: int) -> Iterator[Tuple[str, CallSite, "Evaluation"]]:
+        """Every call the programs reaching the statement at the line make anywhere in their code (the
+        whole project's, where no program reaches it), with its file and that program's values."""
+        found = self._function_at(line)
+        function = (self.filename, found[0]) if found is not None else None
+        programs = [program for program in self.model.programs if function in program.truth]
+        searched = [(program.evaluation, tuple(program.truth)) for program in programs] or [
+            (self.model.default_evaluation, tuple((filename, name) for filename, info in self.model.files.items() for name in info.functions))
+        ]
+        for evaluation, functions in searched:
+            for function_id in functions:
+                for site in self.model.function(function_id).calls:
+                    yield function_id[0], site, evaluation
+
+    def object_calls(self, line: int, object_class: str, methods: FrozenSet[str]) -> List[Tuple[str, CallSite, "Evaluation"]]:
+        """The calls `<object of the class>.<method>(...)` that the programs reaching the statement at the
+        line make (see `_program_calls`)."""
+        return [
+            (filename, site, evaluation)
+            for filename, site, evaluation in self._program_calls(line)
+            if site.callee[0] == "m" and site.callee[2] in methods and evaluation.value(site.callee[1], filename) == ("object", object_class)
+        ]
+
+    def library_calls(self, line: int, qualified: str) -> List[Tuple[str, CallSite, "Evaluation"]]:
+        """The calls of a library function (`deepspeed.initialize`) that the programs reaching the statement
+        at the line make (see `_program_calls`)."""
+        return [(filename, site, evaluation) for filename, site, evaluation in self._program_calls(line) if site.callee == ("q", qualified)]
+
+    def same_variable(self, code: str, line: int, other: Expr) -> bool:
+        """Whether the expression (its source code, at the line) names the same variable as a symbolic one."""
+        expr = self._expr(code, line)
+        return expr is not None and expr[0] == "v" and expr == other
 
     def value(self, code: str, line: int) -> Value:
         """What an expression (its source code) of the function at the line holds."""
