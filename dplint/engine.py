@@ -516,7 +516,7 @@ def _check_file(
     rules = [
         rule
         for rule in enabled
-        if (in_program or not rule.distributed_programs_only) and rule.applies_to(searched, classes, project)
+        if (in_program or rule.outside_distributed_programs(project)) and rule.applies_to(searched, classes, project)
     ]
     if not rules:
         # Not parsed again: pass 1 parsed every project file, and one that does not parse is named in the

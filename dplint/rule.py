@@ -109,6 +109,10 @@ class Rule:
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
 
+    def outside_distributed_programs(self, project: "ProjectFacts") -> bool:
+        """Whether the rule checks files of no program that starts a process group, in this project."""
+        return not self.distributed_programs_only
+
     def applies_to(self, text: str, module_classes: Sequence[str], project: "ProjectFacts") -> bool:
         if self.requires is not None and self.requires.search(text) is None:
             return False

@@ -512,8 +512,7 @@ class _View:
             if accelerators and self._prepared_a_model(line):
                 return Report(
                     node=call,
-                    message=f"`{shown}` bypasses the Accelerator `{accelerators[0]}`: the loss scaling, gradient-accumulation "
-                    f"division and DeepSpeed handling of `{accelerators[0]}.backward(loss)` are skipped.",
+                    message=f"`{shown}` bypasses the Accelerator: its loss scaling and accumulation are skipped.",
                     help=f"Call `{accelerators[0]}.backward(loss)` instead (it scales the loss itself: pass the loss, not "
                     "`scaler.scale(loss)`; the prepared optimizer's `step()` does the rest).",
                 )
@@ -522,8 +521,7 @@ class _View:
                 if self._computed_from(receiver, engine):
                     return Report(
                         node=call,
-                        message=f"`{shown}` bypasses the DeepSpeed engine `{engine}`: the loss scaling, gradient-accumulation "
-                        f"division and gradient reduction of `{engine}.backward(loss)` are skipped.",
+                        message=f"`{shown}` bypasses the DeepSpeed engine: its loss scaling and gradient handling are skipped.",
                         help=f"Call `{engine}.backward(loss)` instead, then `{engine}.step()` (not the optimizer's `step()`).",
                     )
         return None
@@ -547,11 +545,10 @@ class _View:
         engines = self.objects(DEEPSPEED_ENGINE, line)
         if not engines:
             return None
-        what = "the optimizer `deepspeed.initialize` handed back" if engine_optimizer else "the optimizer passed to `deepspeed.initialize`"
+        what = "the engine's optimizer" if engine_optimizer else "an optimizer given to the engine"
         return Report(
             node=call,
-            message=f"`{receiver}.step()` steps {what} behind the engine `{engines[0]}`: the engine's step (the "
-            "accumulation boundary, gradient clipping, the scheduler, zeroing the gradients) is skipped.",
+            message=f"`{receiver}.step()` steps {what} behind the DeepSpeed engine, skipping `{engines[0]}.step()`.",
             help=f"Call `{engines[0]}.step()` instead of `{receiver}.step()` (after `{engines[0]}.backward(loss)`).",
         )
 

@@ -1,18 +1,21 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List
+from typing import Iterator, List, Sequence, Set
 
 import libcst as cst
 
 from dplint.analysis.names import block_body
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
+from dplint.analysis.facts import ProjectFacts
+from dplint.analysis.execution import ACCELERATOR, OPTIMIZER
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import (
     DATA_LOADERS,
     ScopeInfo,
     argument,
+    for_loops,
     program,
     is_literal,
     iter_scopes,
@@ -37,10 +40,18 @@ class TrainingLoaderNotSharded(Rule):
     on the distributed mode), and `IterableDataset` classes whose code never reads the rank or world
     size (`get_rank`, `RANK`, `split_dataset_by_node`, a `shard`).
 
+    Under Hugging Face Accelerate, finds a `DataLoader(..., shuffle=True)` that a training loop (one
+    whose body calls `backward` or steps an optimizer, in a function that uses the `Accelerator`)
+    iterates as built: no `accelerator.prepare` (or `prepare_data_loader`) handed it back, wherever
+    the loader was built, passed or returned. It is reported where it is built, or at the loop where
+    that is in another file.
+
     ## Why is this bad?
     DDP averages gradients; it does not split the data. Without a `DistributedSampler` every rank
     iterates the whole dataset: with equal seeds the ranks see the same batches (N GPUs do the work of
     one), otherwise every epoch is N times longer than intended and overlaps at random. Nothing warns.
+    Under `accelerate launch`, only the loader `accelerator.prepare` returns shards the batches
+    between the processes; the one passed to it is unchanged.
 
     ## Example
     ```python
@@ -58,7 +69,9 @@ class TrainingLoaderNotSharded(Rule):
     ## Known problems
     Loaders without `shuffle=True` are taken for evaluation loaders and are not reported. Datasets
     sharded by a name that does not mention the rank, world size or a shard are not recognised.
-    Projects using Lightning or Accelerate (which shard for you) are skipped.
+    Projects using Lightning are skipped (its Trainer shards for you). Under Accelerate, a loop that
+    trains only through a function it calls, or whose function never calls the `Accelerator`, is not
+    taken for training; a loader that may or may not be prepared is not reported.
     """
 
     code = "DPL503"
@@ -67,9 +80,18 @@ class TrainingLoaderNotSharded(Rule):
         "Measured 0.33 (3 true, 6 false, 2 moot): shards made by a collate function, an IterableDataset or a project sampler that reads the rank are missed, and so are `__main__` debug blocks and helpers no script calls."
     )
     name = "training-loader-not-sharded"
-    summary = "A DDP program's training loader has no `DistributedSampler`: every rank trains on the same data."
+    summary = "A DDP program's training loader has no `DistributedSampler`, or an Accelerate one is iterated unprepared: every rank trains on the same data."
     triggers = GuardedPattern(r"shuffle[ \t]*=[ \t]*True|IterableDataset", ["shuffle", "IterableDataset"], one_line=True)
     distributed_programs_only = True
+
+    def outside_distributed_programs(self, project: ProjectFacts) -> bool:
+        # The distributed programs' facts do not count an `Accelerator` as starting a group: in a project
+        # that uses Accelerate, the execution model says where one runs.
+        return project.uses_accelerate
+
+    def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
+        # Where Accelerate is used, also a file that trains without building the loader it iterates.
+        return super().applies_to(text, module_classes, project) or (project.uses_accelerate and ".backward(" in text)
 
     VALID = [
         Valid(
@@ -107,8 +129,59 @@ class TrainingLoaderNotSharded(Rule):
             loader = DataLoader(Shards(), batch_size=8)
             """
         ),
+        Valid(
+            """
+            from accelerate import Accelerator
+            from torch.utils.data import DataLoader
+
+            accelerator = Accelerator()
+            loader = DataLoader(train_set, shuffle=True, batch_size=32)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for batch in loader:
+                accelerator.backward(model(batch).loss)
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            from accelerate import Accelerator
+            from torch.utils.data import DataLoader
+
+            def loaders(accelerator):
+                train = DataLoader(train_set, shuffle=True, batch_size=32)
+                val = DataLoader(val_set, batch_size=32)
+                return accelerator.prepare(train, val)
+
+            def main():
+                accelerator = Accelerator()
+                train_dl, val_dl = loaders(accelerator)
+                model, optimizer = accelerator.prepare(model, optimizer)
+                for batch in train_dl:
+                    accelerator.backward(model(batch).loss)
+                    optimizer.step()
+                raw = DataLoader(train_set, shuffle=True, batch_size=32)
+                for batch in raw:  # no training here
+                    accelerator.print(model(batch).loss)
+
+            main()
+            """
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            from accelerate import Accelerator
+            from torch.utils.data import DataLoader
+
+            accelerator = Accelerator()
+            loader = DataLoader(train_set, shuffle=True, batch_size=32)
+            model, optimizer = accelerator.prepare(model, optimizer)
+            for batch in loader:
+                accelerator.backward(model(batch).loss)
+                optimizer.step()
+            """,
+            line=5,
+        ),
         Invalid(
             """
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -154,7 +227,12 @@ class TrainingLoaderNotSharded(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         facts = program(ctx)
-        if facts is None or not facts.wraps_model or facts.trainer_framework:
+        if ctx.project.uses_accelerate and (facts is None or facts.trainer_framework):
+            # Accelerate's programs (Lightning's shard by themselves): the execution model knows where
+            # an `Accelerator` is built, and so whether the loop runs in a process group.
+            yield from self._unprepared_loaders(ctx)
+            return
+        if facts is None or facts.trainer_framework or not facts.wraps_model:
             return
         if "DistributedSampler" not in ctx.source:
             for scope in iter_scopes(ctx.module):
@@ -181,6 +259,43 @@ class TrainingLoaderNotSharded(Rule):
                 help="Pass `sampler=DistributedSampler(dataset)` (and drop `shuffle=True`; the sampler shuffles).",
             )
 
+    def _unprepared_loaders(self, ctx: FileContext) -> Iterator[Report]:
+        """Accelerate: a training loop that iterates a `DataLoader(..., shuffle=True)` as built, where no
+        `accelerator.prepare` handed it back (sharded)."""
+        reported: Set[cst.CSTNode] = set()
+        for scope in iter_scopes(ctx.module):
+            loops = [loop for loop in for_loops(scope) if _trains(ctx, loop)]
+            if not loops or not _uses_accelerator(ctx, scope):
+                continue
+            for loop in loops:
+                iterated = _iterated(ctx, loop.iter)
+                where = ctx.where(loop)
+                if where is None or not where.in_group or not where.on_every_rank:
+                    continue
+                built = ctx.unprepared_loader(iterated)
+                if built is None or not _shuffles_unsharded(built[1]):
+                    continue
+                filename, call = built
+                if filename != ctx.filename:
+                    if not ctx.project.import_connected(ctx.filename, filename):
+                        continue  # a same-named function's variable in a program these files are not part of
+                    node: cst.CSTNode = iterated
+                    message = "This training loop iterates a `DataLoader` as built, not as `accelerator.prepare` hands it back: every process trains on the whole dataset."
+                else:
+                    found = next((c for c in _loader_calls(ctx) if ctx.same_call(c, call)), None)
+                    if found is None:
+                        continue
+                    node = found
+                    message = "This training `DataLoader` never goes through `accelerator.prepare`: every process trains on all the data."
+                if node in reported:
+                    continue
+                reported.add(node)
+                yield Report(
+                    node=node,
+                    message=message,
+                    help="Pass the loader to `accelerator.prepare` (`model, optimizer, loader = accelerator.prepare(model, optimizer, loader)`) and iterate what it returns: it shards the batches between the processes.",
+                )
+
     def _iterable_datasets(self, ctx: FileContext) -> Iterator[Report]:
         for statement in _classes(ctx.module.body):
             if not any(ctx.qualify(base.value) in ITERABLE_DATASETS for base in statement.bases):
@@ -192,6 +307,55 @@ class TrainingLoaderNotSharded(Rule):
                     message=f"`{statement.name.value}` never reads the rank or world size: every DDP rank streams the same data.",
                     help="Yield only this rank's part (e.g. every `world_size`-th item from `rank`, or `split_dataset_by_node`).",
                 )
+
+
+# Wrappers a loop iterates a loader through: their first argument is what it iterates.
+_ITERATION_WRAPPERS = frozenset({"enumerate", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.std.tqdm", "tqdm.notebook.tqdm", "tqdm.rich.tqdm"})
+
+
+def _iterated(ctx: FileContext, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """What a loop iterates through `enumerate(...)` and `tqdm(...)`: `loader` in `enumerate(tqdm(loader))`."""
+    while isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None and not expr.args[0].star:
+        name = expr.func.value if isinstance(expr.func, cst.Name) and expr.func.value == "enumerate" else ctx.qualify(expr.func)
+        if name not in _ITERATION_WRAPPERS:
+            break
+        expr = expr.args[0].value
+    return expr
+
+
+def _trains(ctx: FileContext, loop: cst.For) -> bool:
+    """Whether the loop's own body computes gradients or steps an optimizer (`accelerator.backward(loss)`,
+    `loss.backward()`, `optimizer.step()`)."""
+    for call in scope_calls(ScopeInfo(None, block_body(loop.body), None)):
+        if not isinstance(call.func, cst.Attribute):
+            continue
+        method = call.func.attr.value
+        if method == "backward" or (method == "step" and ctx.object_class(call.func.value) == OPTIMIZER):
+            return True
+    return False
+
+
+def _uses_accelerator(ctx: FileContext, scope: ScopeInfo) -> bool:
+    """Whether the function's own code calls a method of an Accelerate `Accelerator`."""
+    return any(isinstance(call.func, cst.Attribute) and ctx.object_class(call.func.value) == ACCELERATOR[1] for call in scope_calls(scope))
+
+
+def _loader_calls(ctx: FileContext) -> List[cst.Call]:
+    return ctx.memo(
+        "dpl503-loader-calls", lambda: [c for scope in iter_scopes(ctx.module) for c in scope_calls(scope) if ctx.qualify(c.func) in DATA_LOADERS]
+    )
+
+
+def _shuffles_unsharded(call: tuple) -> bool:
+    """Whether a `DataLoader(...)` call (symbolic) shuffles its dataset itself (`shuffle=True`: no sampler can
+    be given beside it), of a dataset whose names say nothing of a shard or the world size."""
+    _, _, arguments, keywords = call
+    named = dict(keywords)
+    if "*" in named or "**" in named or len(arguments) > 3 or "sampler" in named or "batch_sampler" in named:
+        return False
+    shuffle = named.get("shuffle", arguments[2] if len(arguments) > 2 else None)
+    dataset = named.get("dataset", arguments[0] if arguments else None)
+    return shuffle == ("c", True) and dataset is not None and not _SHARDING_WORD.search(repr(dataset))
 
 
 def _classes(body) -> List[cst.ClassDef]:

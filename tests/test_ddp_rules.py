@@ -128,6 +128,69 @@ def test_an_unsharded_training_loader_in_a_data_module_of_a_ddp_program(tmp_path
     assert codes(lint(tmp_path)) == [("data.py", 4, "DPL503")]
 
 
+ACCELERATE_TRAIN = """\
+import torch
+from accelerate import Accelerator
+import data
+
+
+def train(accelerator, model, optimizer, loader):
+    for step, batch in enumerate(loader):
+        accelerator.backward(model(batch).sum())
+        optimizer.step()
+
+
+def main():
+    accelerator = Accelerator()
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model, optimizer = accelerator.prepare(model, optimizer)
+    {loaders}
+    train(accelerator, model, optimizer, train_dl)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_an_accelerate_training_loader_is_followed_through_files_to_prepare(tmp_path):
+    write(tmp_path, "data.py", "from torch.utils.data import DataLoader\n\ndef build(ds):\n    return DataLoader(ds, shuffle=True, batch_size=8)\n")
+    # Built in one file, returned, and iterated for training in another without being prepared: the loop.
+    write(tmp_path, "train.py", ACCELERATE_TRAIN.format(loaders="train_dl = data.build(ds)"))
+    assert codes(lint(tmp_path, ("DPL503",))) == [("train.py", 7, "DPL503")]
+    write(tmp_path, "train.py", ACCELERATE_TRAIN.format(loaders="train_dl = accelerator.prepare(data.build(ds))"))
+    assert codes(lint(tmp_path, ("DPL503",))) == []
+    write(tmp_path, "train.py", ACCELERATE_TRAIN.format(loaders="train_dl, val_dl = accelerator.prepare(data.build(ds), data.build(val))"))
+    assert codes(lint(tmp_path, ("DPL503",))) == []
+    # Prepared by the function that builds it, in the other file.
+    write(tmp_path, "data.py", "from torch.utils.data import DataLoader\n\ndef build(accelerator, ds):\n    return accelerator.prepare(DataLoader(ds, shuffle=True, batch_size=8))\n")
+    write(tmp_path, "train.py", ACCELERATE_TRAIN.format(loaders="train_dl = data.build(accelerator, ds)"))
+    assert codes(lint(tmp_path, ("DPL503",))) == []
+
+
+def test_an_accelerate_training_loader_built_here_is_reported_where_it_is_built(tmp_path):
+    write(tmp_path, "data.py", "")
+    built = "train_dl = torch.utils.data.DataLoader(ds, shuffle=True, batch_size=8)"
+    write(tmp_path, "train.py", ACCELERATE_TRAIN.format(loaders=built))
+    assert codes(lint(tmp_path, ("DPL503",))) == [("train.py", 17, "DPL503")]
+    (finding,) = lint(tmp_path, ("DPL503",)).findings
+    assert "accelerator.prepare" in finding.message and "accelerator.prepare" in finding.help
+    write(tmp_path, "train.py", ACCELERATE_TRAIN.format(loaders=built + "; train_dl = accelerator.prepare(train_dl)"))
+    assert codes(lint(tmp_path, ("DPL503",))) == []
+    write(tmp_path, "train.py", ACCELERATE_TRAIN.format(loaders="loaders = [" + built.partition(" = ")[2] + ", val]; train_dl, val_dl = accelerator.prepare(*loaders)"))
+    assert codes(lint(tmp_path, ("DPL503",))) == []
+    write(tmp_path, "train.py", ACCELERATE_TRAIN.format(loaders=built + "; train_dl = accelerator.prepare_data_loader(train_dl)"))
+    assert codes(lint(tmp_path, ("DPL503",))) == []
+    sampled = "train_dl = torch.utils.data.DataLoader(ds, batch_size=8, sampler=torch.utils.data.DistributedSampler(ds))"
+    write(tmp_path, "train.py", ACCELERATE_TRAIN.format(loaders=sampled))
+    assert codes(lint(tmp_path, ("DPL503",))) == []
+    # The rank's own shard of the data: sharded by the program itself.
+    shard = "train_dl = torch.utils.data.DataLoader(ds.shard(accelerator.num_processes, accelerator.process_index), shuffle=True)"
+    write(tmp_path, "train.py", ACCELERATE_TRAIN.format(loaders=shard))
+    assert codes(lint(tmp_path, ("DPL503",))) == []
+
+
 def test_local_rank_argument_is_fine_when_another_file_reads_the_environment(tmp_path):
     write(tmp_path, "cli.py", 'import argparse\np = argparse.ArgumentParser()\np.add_argument("--local_rank", type=int)\n')
     write(tmp_path, "train.py", 'import os\nimport torch.distributed as dist\nimport cli\nrank = int(os.environ["LOCAL_RANK"])\ndist.init_process_group("gloo")\n')

@@ -5,13 +5,13 @@ from __future__ import annotations
 import ast
 import re
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
-from dplint.analysis.execution import FileExecution, Where
+from dplint.analysis.execution import DATA_LOADER, FileExecution, Where
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.names import ImportMap, child_nodes
 
@@ -236,6 +236,16 @@ class FileContext:
         `deepspeed.DeepSpeedEngine`, `lightning.Trainer`, `lightning.Fabric`), else None."""
         value = self.execution.value(self.code(node), self.line(node))
         return value[1] if value[0] == "object" else None
+
+    def unprepared_loader(self, node: cst.BaseExpression) -> Optional[Tuple[str, tuple]]:
+        """Where the expression holds a torch `DataLoader` as one call built it, which no
+        `accelerator.prepare` handed back: the file of that call and the call, symbolic (`same_call`)."""
+        value = self.execution.value(self.code(node), self.line(node))
+        return (value[2], value[3]) if value[:2] == ("object", DATA_LOADER) else None
+
+    def same_call(self, node: cst.Call, symbolic: tuple) -> bool:
+        """Whether a call of this file is the one the model reads as `symbolic` (from `unprepared_loader`)."""
+        return self.execution.expression(self.code(node), self.line(node)) == symbolic
 
     def memo(self, key: str, compute: Callable[[], T]) -> T:
         """Share one analysis between the rules of a module (DPL201 and DPL202 walk the same flow)."""

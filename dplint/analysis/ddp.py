@@ -16,10 +16,10 @@ from dplint.analysis.facts import DistributedProgram, FileFacts, scan_distribute
 from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_calls, iter_small_statements, names_in
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
+from dplint.analysis.execution import DATA_LOADERS
 
 DISTRIBUTED = "torch.distributed"
 DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
-DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 DDP = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"})
 FSDP = frozenset(
     {

@@ -773,12 +773,19 @@ def _last_name(node: ast.AST) -> str:
 # A value: ("rank", "global" | "local" | "any") a number that differs between the ranks of a group;
 # ("world",) the world size; ("bool", Truth) a test; ("const", value); ("tuple", values...);
 # ("object", class) an object of a framework's class (an `Accelerator`, a DeepSpeed engine) or a torch
-# optimizer, alike on every rank; ("uniform",) anything alike on every rank; ("varies",) anything that may differ between ranks.
+# optimizer, alike on every rank; ("object", DATA_LOADER, file, call) a torch `DataLoader` as the call
+# (symbolic, evaluated in that file) built it, which `accelerator.prepare` has not replaced;
+# ("uniform",) anything alike on every rank; ("varies",) anything that may differ between ranks.
 
 Value = tuple
 UNIFORM_VALUE: Value = ("uniform",)
 VARIES_VALUE: Value = ("varies",)
-SAME_VALUE: Value = ("same",)  # what the name being assigned held before: `model = accelerator.prepare(model)`
+# What the name being assigned held before, as `accelerator.prepare` hands it back: `model = accelerator.prepare(model)`
+SAME_VALUE: Value = ("same",)
+DATA_LOADER = "torch.utils.data.DataLoader"
+DATA_LOADERS = frozenset({DATA_LOADER, "torch.utils.data.dataloader.DataLoader"})
+# Calls that hand back the loaders they are given sharded between the processes (Accelerate's).
+_LOADER_PREPARERS = frozenset({"accelerate.data_loader.prepare_data_loader"})
 
 # Environment variables the launchers set (torchrun, SLURM, Open MPI, Intel MPI).
 _GLOBAL_RANK_VARIABLES = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
@@ -817,6 +824,11 @@ _LIBRARY_VALUES: Mapping[str, Value] = {
         "tuple", ("object", _FRAMEWORK_CLASSES["deepspeed.initialize"]), ("object", DEEPSPEED_OPTIMIZER), UNIFORM_VALUE, UNIFORM_VALUE,
     ),
 }
+
+
+def _prepared(value: Value) -> Value:
+    """What `accelerator.prepare` hands back for an object: a loader it shards is no longer the one built."""
+    return UNIFORM_VALUE if value[:2] == ("object", DATA_LOADER) else value
 
 
 OPTIMIZER = "torch.optim.Optimizer"  # what any of torch's optimizers is, as an object's class
@@ -1650,10 +1662,22 @@ class Evaluation:
             return known
         if callee[0] == "q" and _optimizer_class(callee[1]):
             return ("object", OPTIMIZER)
-        if callee[0] == "m" and callee[2] == "prepare" and self.value(callee[1], filename, bindings, depth) == ACCELERATOR:
-            # `accelerator.prepare(model, optimizer, ...)` hands back each object wrapped, in order: the same kinds.
+        if callee[0] == "q" and callee[1] in DATA_LOADERS:
+            # A loader of what differs between the ranks (a rank's own shard) is what any other call of it is.
+            passed = [*arguments, *(value for _, value in keywords)]
+            if any(varies(self.value(argument, filename, bindings, depth)) for argument in passed):
+                return VARIES_VALUE
+            return ("object", DATA_LOADER, filename, expr)
+        preparer = callee[0] == "q" and callee[1] in _LOADER_PREPARERS
+        if preparer or (
+            callee[0] == "m" and callee[2] in ("prepare", "prepare_data_loader") and self.value(callee[1], filename, bindings, depth) == ACCELERATOR
+        ):
+            # `accelerator.prepare(model, optimizer, loader, ...)` hands back each object wrapped, in order: the
+            # same kinds, but a loader sharded between the processes (`prepare_data_loader`: its first argument).
+            if preparer or callee[2] == "prepare_data_loader":
+                arguments = arguments[:1] or tuple(value for name, value in keywords if name == "dataloader")
             prepared = tuple(
-                SAME_VALUE if argument[0] == "v" and argument[1] in self._evaluating else self.value(argument, filename, bindings, depth)
+                SAME_VALUE if argument[0] == "v" and argument[1] in self._evaluating else _prepared(self.value(argument, filename, bindings, depth))
                 for argument in arguments
             )
             return prepared[0] if len(prepared) == 1 else ("tuple", *prepared)
@@ -1728,6 +1752,7 @@ class Evaluation:
 
     def _assigned_value(self, key: str, option: bool, given: Value) -> Value:
         found: Optional[Value] = None
+        prepared = False  # assigned what `accelerator.prepare` hands back for what it held
         flags: List[Tuple[Truth, Truth]] = []  # (where assigned, the truth assigned) of each boolean value
         for (filename, _), guard, value in self.model.assignments(key, self._functions):
             assigned_where = self.guard_truth(guard, filename)
@@ -1735,6 +1760,7 @@ class Evaluation:
                 continue
             evaluated = self.value(value, filename)
             if evaluated == SAME_VALUE:
+                prepared = True
                 continue  # `model = accelerator.prepare(model)`: what it held before
             if evaluated == UNIFORM_VALUE and value[0] in ("call", "item", "u"):
                 # What a call nothing resolves returns (`cfg.LOCAL_RANK = getattr(utils, f"init_{launcher}")(...)`)
@@ -1763,7 +1789,7 @@ class Evaluation:
             found = parameter if found is None else join(found, parameter)
         if found is None:
             found = _by_name(key.rpartition(":")[2].rpartition(".")[2]) or UNIFORM_VALUE
-        return found
+        return _prepared(found) if prepared else found
 
     def passed(self, site: CallSite, function: FunctionSummary, position: int, param: str) -> Optional[Expr]:
         """What a call passes to a parameter (`position` among the arguments the call writes): by keyword,
@@ -1982,15 +2008,6 @@ class FileExecution:
             return None
         return all(any(self.model.calls_method(function, method) for function in program.truth) for program in programs)
 
-    def _expr(self, code: str, line: int) -> Optional[Expr]:
-        """The symbolic expression of source code written in the function at the line."""
-        try:
-            node = ast.parse(f"(\n{code}\n)", mode="eval").body
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return None
-        found = self._function_at(line)
-        return self.symbols.expr(node, found[2] if found is not None else self.symbols.module_scope)
-
     def _reaching_evaluations(self, line: int) -> List["Evaluation"]:
         found = self._function_at(line)
         evaluations = [evaluation for _, evaluation in self._evaluations(found[0])] if found is not None else []
@@ -2003,7 +2020,7 @@ class FileExecution:
         under which every assignment of that object is made (the `else` of `if args.deepspeed:` where the
         engine is built under it). A statement outside any function's own statements is ruled out."""
         found = self._statement(line)
-        expr = self._expr(code, line)
+        expr = self.expression(code, line)
         if found is None or expr is None:
             return True
         guard = found[2]
@@ -2060,18 +2077,25 @@ class FileExecution:
 
     def same_variable(self, code: str, line: int, other: Expr) -> bool:
         """Whether the expression (its source code, at the line) names the same variable as a symbolic one."""
-        expr = self._expr(code, line)
+        expr = self.expression(code, line)
         return expr is not None and expr[0] == "v" and expr == other
 
-    def value(self, code: str, line: int) -> Value:
-        """What an expression (its source code) of the function at the line holds."""
+    def expression(self, code: str, line: int) -> Optional[Expr]:
+        """An expression (its source code) of the function at the line, as the model reads it (symbolic);
+        None where it does not parse."""
         try:
             node = ast.parse(f"(\n{code}\n)", mode="eval").body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        found = self._function_at(line)
+        return self.symbols.expr(node, found[2] if found is not None else self.symbols.module_scope)
+
+    def value(self, code: str, line: int) -> Value:
+        """What an expression (its source code) of the function at the line holds."""
+        expr = self.expression(code, line)
+        if expr is None:
             return VARIES_VALUE
         found = self._function_at(line)
-        scope = found[2] if found is not None else self.symbols.module_scope
-        expr = self.symbols.expr(node, scope)
         # In each program that reaches the function (its own assignments: another program's module of the
         # same name does not count), or where none does, as the whole project shows it.
         evaluations = [evaluation for _, evaluation in self._evaluations(found[0])] if found is not None else []

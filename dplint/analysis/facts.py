@@ -1377,6 +1377,11 @@ class ProjectFacts:
         """The names of the project's functions that tell whether this process is a given rank."""
         return frozenset(name for facts in self.files.values() if facts.distributed for name in facts.distributed.rank_predicates)
 
+    @cached_property
+    def uses_accelerate(self) -> bool:
+        """Whether a file of the project imports Hugging Face Accelerate."""
+        return any(name.split(".")[0] == "accelerate" for facts in self.files.values() for name in facts.imports)
+
     def wraps_any(self, class_names: Iterable[str]) -> bool:
         """Whether DataParallel runs the `forward` of any of these classes (by name: a cheap prefilter)."""
         return any(name in self.wrapped for name in class_names)
@@ -1618,6 +1623,11 @@ class ProjectFacts:
         import graph connects it to (where a program's calls can reach it, or it reach them)."""
         component = self._import_components.get(filename, "")
         return hashlib.blake2b(f"{self.digest} {component}".encode(), digest_size=16).hexdigest()
+
+    def import_connected(self, first: str, second: str) -> bool:
+        """Whether the project's imports connect the two files (directly or through other project files)."""
+        component = self._import_components.get(first)
+        return component is not None and component == self._import_components.get(second)
 
     @cached_property
     def _import_components(self) -> Dict[str, str]:

@@ -30,6 +30,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence
 import libcst as cst
 
 from dplint.analysis.context import FileContext
+from dplint.analysis.execution import DATA_LOADERS
 from dplint.analysis import tensor_api
 from dplint.analysis.facts import ProjectCall, Wrap
 from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, descendants, dotted, iter_calls, run_visitor
@@ -75,7 +76,6 @@ TENSOR_ONLY_METHODS = frozenset(
     new_zeros new_ones new_full new_empty new_tensor""".split()
 )
 MODULE_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval", "requires_grad_"})
-DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 WRAPPERS = frozenset(
     {
         "torch.nn.DataParallel",
