@@ -29,6 +29,18 @@ CUDA_INITIALISERS = frozenset(
 )
 DEVICE_COUNT = "torch.cuda.device_count"
 ENVIRON_SETTERS = frozenset({"os.environ.setdefault", "os.environ.update", "os.environ.__setitem__", "os.putenv"})
+ENVIRON_READERS = frozenset({"os.environ.get", "os.getenv", "os.environ.pop"})
+# Calls that start a process which reads the environment afresh (a new interpreter, or Ray's workers):
+# a write followed by one of them is made for that child, whatever this process has done.
+CHILD_STARTERS = frozenset(
+    {
+        "os.system", "os.popen", "os.execv", "os.execve", "os.execvp", "os.execvpe", "os.execl", "os.execle",
+        "os.execlp", "os.execlpe", "os.spawnv", "os.spawnve", "os.spawnvp", "os.spawnvpe", "os.spawnl", "os.spawnle",
+        "os.spawnlp", "os.spawnlpe", "os.posix_spawn", "os.posix_spawnp", "subprocess.run", "subprocess.Popen",
+        "subprocess.call", "subprocess.check_call", "subprocess.check_output", "subprocess.getoutput",
+        "subprocess.getstatusoutput", "ray.init",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,7 @@ class Assignment:
     statement: cst.CSTNode
     code: str  # DPL201 or DPL202
     cause: Event
+    scope: Optional[cst.FunctionDef]  # the function whose statement it is (None: the module's)
 
 
 # Abstract runs of function bodies one file may cost before its flow is given up as unknown. Each
@@ -204,10 +217,11 @@ class FlowAnalysis:
         return state
 
     def _record(self, node: cst.CSTNode, statement: cst.CSTNode, state: FlowState) -> None:
+        scope = self.running[-1] if self.running else None
         if state.cuda_init is not None:
-            found = Assignment(node, statement, "DPL201", state.cuda_init)
+            found = Assignment(node, statement, "DPL201", state.cuda_init, scope)
         elif state.torch_import is not None:
-            found = Assignment(node, statement, "DPL202", state.torch_import)
+            found = Assignment(node, statement, "DPL202", state.torch_import, scope)
         else:
             return
         previous = self.assignments.get(node)
@@ -364,7 +378,65 @@ def _analysis(ctx: FileContext) -> FlowAnalysis:
 
 
 def _assignments(ctx: FileContext, code: str) -> Iterator[Assignment]:
-    return (found for found in _analysis(ctx).assignments.values() if found.code == code)
+    """The writes that set this process's devices too late (`code`'s kind): not a restore of the value
+    read before, nor a value set for a child process started after it."""
+    for found in _analysis(ctx).assignments.values():
+        if found.code == code and not _restores(ctx, found) and not _starts_a_child_after(ctx, found):
+            yield found
+
+
+def _scope_body(ctx: FileContext, found: Assignment) -> Body:
+    return block_body(found.scope.body) if found.scope is not None else ctx.module.body
+
+
+def _restores(ctx: FileContext, found: Assignment) -> bool:
+    """`os.environ["CUDA_VISIBLE_DEVICES"] = saved` where its function read `saved` from the variable
+    (`saved = os.environ.get("CUDA_VISIBLE_DEVICES")`): the value it had, put back."""
+    value = _written_value(ctx, found)
+    if not isinstance(value, cst.Name):
+        return False
+    for small in iter_small_statements(_scope_body(ctx, found)):
+        if isinstance(small, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == value.value for t in small.targets):
+            read = small.value
+            if isinstance(read, cst.Call) and ctx.qualify(read.func) in ENVIRON_READERS and read.args and _is_variable_name(read.args[0].value):
+                return True
+            if isinstance(read, cst.Subscript) and _is_variable_subscript(ctx, read):
+                return True
+    return False
+
+
+def _written_value(ctx: FileContext, found: Assignment) -> Optional[cst.BaseExpression]:
+    node = found.node
+    if isinstance(node, cst.Call):
+        return _set_value(node, ctx.qualify(node.func))
+    if isinstance(node, cst.BaseSmallStatement):
+        return variable_write(ctx, node)
+    return None
+
+
+def _starts_a_child_after(ctx: FileContext, found: Assignment) -> bool:
+    """Whether the write's function (or module) starts a child process after it (`os.system`,
+    `subprocess.run`, `ray.init`, a Ray actor's `.remote()`): the child reads the variable afresh."""
+    seen = False
+    for node in _in_source_order(_scope_body(ctx, found)):
+        if node is found.statement:
+            seen = True
+        elif seen and isinstance(node, cst.Call):
+            if ctx.qualify(node.func) in CHILD_STARTERS:
+                return True
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "remote":
+                return True
+    return False
+
+
+def _in_source_order(body: Body) -> Iterator[cst.CSTNode]:
+    """Every node of the statements, in source order, outside nested functions and classes."""
+    stack: List[cst.CSTNode] = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            stack.extend(reversed(node.children))
 
 
 TRIGGERS = re.compile(VARIABLE)
@@ -415,8 +487,10 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
     Only calls the file makes itself are followed: a CUDA call inside another module's function, or
     a method called through an object, is not seen. CUDA counts as initialised only where it is on
     every path: after an `if` whose every branch initialises it, not after one branch, a loop body or
-    a `try` body (DPL202 reports those as possibly too late). Child processes read the variable
-    afresh, so setting it for a subprocess is fine but looks the same to this rule.
+    a `try` body (DPL202 reports those as possibly too late). A write followed, in its function,
+    by a child process (`os.system`, `subprocess`, `ray.init`, a Ray actor's `.remote()`) is taken as
+    meant for that child, which reads the variable afresh, and is not reported; so is a write that puts
+    back the value its function read before.
     """
 
     code = "DPL201"
@@ -425,6 +499,18 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
     triggers = TRIGGERS
 
     VALID = [
+        Valid(
+            """
+            import os
+            import subprocess
+            import torch
+
+            def launch(script):
+                count = torch.cuda.device_count()
+                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(count // 2))
+                subprocess.run(["python", script], check=True)  # the child reads it afresh
+            """
+        ),
         Valid(
             """
             import os
@@ -590,7 +676,10 @@ class CudaVisibleDevicesAfterTorchImport(Rule):
     ## Known problems
     Project modules count as importing torch when they import it (or a torch-based library) at module
     level, directly or through other linted modules; a module outside the linted paths is known only
-    if it is a well-known torch-based library (torchvision, transformers, lightning, …).
+    if it is a well-known torch-based library (torchvision, transformers, lightning, …). A write
+    followed, in its function, by a child process (`os.system`, `subprocess`, `ray.init`, a Ray
+    actor's `.remote()`) is meant for that child and is not reported, nor is a write that puts back
+    the value its function read before.
     """
 
     code = "DPL202"
@@ -620,6 +709,20 @@ class CudaVisibleDevicesAfterTorchImport(Rule):
             import subprocess
             env = dict(os.environ, CUDA_VISIBLE_DEVICES="1")
             subprocess.run(["python", "worker.py"], env=env)
+            """
+        ),
+        Valid(
+            """
+            import os
+            import ray
+            import torch
+
+            def start_engines(devices, count):
+                saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+                os.environ["CUDA_VISIBLE_DEVICES"] = devices  # read by the Ray actors started below
+                engines = [Engine.remote() for _ in range(count)]
+                os.environ["CUDA_VISIBLE_DEVICES"] = saved  # the value it had, put back
+                return engines
             """
         ),
     ]

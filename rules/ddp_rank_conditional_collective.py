@@ -17,10 +17,14 @@ from dplint.analysis.ddp import (
     USES_DISTRIBUTED_OR_A_FRAMEWORK,
     CALLS_A_FRAMEWORK_COLLECTIVE,
     CHECKPOINT_COLLECTIVES,
+    ACCELERATE_SHARDING_KEYWORDS,
+    ACCELERATE_SHARDING_PLUGINS,
     FRAMEWORK_COLLECTIVES,
     FRAMEWORK_METHODS,
+    SHARDED_ACCELERATE_COLLECTIVES,
     FSDP,
     FSDP_COLLECTIVE_METHODS,
+    on_a_subgroup,
     ScopeInfo,
     collective_calls,
     collective_name,
@@ -29,6 +33,7 @@ from dplint.analysis.ddp import (
     passed_parameters,
     scope_calls,
 )
+from dplint.analysis.execution import ACCELERATOR_CLASS, builders_of
 from dplint.analysis.wrapping import FSDP_CLASSES, wrapped_names
 
 
@@ -86,7 +91,8 @@ def _on_every_rank(ctx: FileContext, call: cst.Call) -> bool:
 def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> List[Collective]:
     name = collective_name(ctx, call)
     if name is not None:
-        return [Collective(f"`dist.{name}()`", call)]
+        # On a subgroup of its own, the ranks a condition leaves out may not be members: unknown.
+        return [] if on_a_subgroup(ctx, call, name) else [Collective(f"`dist.{name}()`", call)]
     qualified = ctx.qualify(call.func) or ""
     owner, _, method = qualified.rpartition(".")
     if owner in FSDP and method in FSDP_COLLECTIVE_METHODS:
@@ -101,9 +107,21 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
         if receiver is not None and receiver in wrapped_names(ctx, scope, FSDP_CLASSES):
             return [Collective(f"FSDP `{receiver}.state_dict()`", call)]
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in FRAMEWORK_METHODS:
-        if call.func.attr.value in FRAMEWORK_COLLECTIVES.get(ctx.object_class(call.func.value) or "", ()):
+        held = ctx.object_class(call.func.value) or ""
+        if call.func.attr.value in FRAMEWORK_COLLECTIVES.get(held, ()):
             return [Collective(f"`{ctx.code(call.func)}()`", call)]
+        if held == ACCELERATOR_CLASS and call.func.attr.value in SHARDED_ACCELERATE_COLLECTIVES and _shards_through_accelerate(ctx):
+            return [Collective(f"`{ctx.code(call.func)}()` (under DeepSpeed or FSDP)", call)]
     return []
+
+
+def _shards_through_accelerate(ctx: FileContext) -> bool:
+    """Whether the project sets up DeepSpeed or FSDP for an Accelerator: it builds one of their plugins,
+    or passes one to `Accelerator(...)`."""
+    execution = ctx.project.execution
+    return not execution.called_names.isdisjoint(ACCELERATE_SHARDING_PLUGINS) or execution.called_with_keyword(
+        builders_of(ACCELERATOR_CLASS), ACCELERATE_SHARDING_KEYWORDS
+    )
 
 
 
@@ -186,12 +204,16 @@ class RankConditionalCollective(Rule):
 
     ## Known problems
     Functions of other files are not followed. Conditions on values that differ between ranks but are
-    not named like a rank (a per-rank loss, a file that exists on one node) are not recognised. Whether
+    not named like a rank (a per-rank loss, a file that exists on one node) are not recognised. A
+    collective on a process group of its own (`group=`) is not reported: whether the ranks the condition
+    leaves out belong to that group is not known. Whether
     a DDP model has buffers is not known statically: its rank-0-only forward is reported with the
     condition in the message, and it does not hang for a model without buffers or with
     `broadcast_buffers=False`. The body of `if local_rank == -1:` runs only without a process group
     and is not checked. Accelerate's `save_state` and `get_state_dict` gather only under DeepSpeed or
-    FSDP, which the launch configuration chooses, and are not reported. A single-device Lightning
+    FSDP: they are reported where the program itself sets those up (a `DeepSpeedPlugin` or
+    `FullyShardedDataParallelPlugin`, or `Accelerator(deepspeed_plugin=...)`), not where only the launch
+    configuration (`accelerate config`) chooses them. A single-device Lightning
     Trainer's `trainer.save_checkpoint` under `is_global_zero` is reported too, though it runs no
     collective there.
     """
@@ -209,6 +231,26 @@ class RankConditionalCollective(Rule):
     requires = USES_DISTRIBUTED_OR_A_FRAMEWORK
 
     VALID = [
+        Valid(
+            """
+            import torch.distributed as dist
+
+            def share_lengths(lengths, tensor_parallel_rank, pipeline_group, first_stage_rank):
+                if tensor_parallel_rank == 0:  # the pipeline group holds exactly these ranks
+                    dist.broadcast(lengths, first_stage_rank, pipeline_group)
+            """
+        ),
+        Valid(
+            """
+            from accelerate import Accelerator
+
+            def train(model, optimizer, output_dir):
+                accelerator = Accelerator()  # DDP unless `accelerate config` chose otherwise
+                model, optimizer = accelerator.prepare(model, optimizer)
+                if accelerator.is_main_process:
+                    accelerator.save_state(output_dir)
+            """
+        ),
         Valid(
             """
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -269,6 +311,18 @@ class RankConditionalCollective(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            from accelerate import Accelerator, DeepSpeedPlugin
+
+            def train(model, optimizer, output_dir):
+                accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+                model, optimizer = accelerator.prepare(model, optimizer)
+                if accelerator.is_main_process:
+                    accelerator.save_state(output_dir)  # DeepSpeed: every rank saves its shard
+            """,
+            line=7,
+        ),
         Invalid(
             """
             from accelerate import Accelerator

@@ -752,6 +752,55 @@ def test_a_lightning_script_for_two_gpus_runs_on_cpu_ranks_and_its_rank_zero_che
     assert (tmp_path / "last.ckpt").exists()
 
 
+def test_a_deepspeed_script_runs_on_cpu_ranks_and_its_rank_zero_checkpoint_stops_at_the_scripts_line(tmp_path: Path) -> None:
+    # DeepSpeed runs its CPU accelerator under `dplint run`; `engine.save_checkpoint` meets in a barrier.
+    script = FIXTURES / "deepspeed" / "train.py"
+    buggy = dplint_run("--nproc-per-node", "2", str(script), "--out", str(tmp_path / "ckpt"), cwd=tmp_path)
+    assert buggy.returncode == 1, buggy.stderr
+    place = spot_in(script, "engine.save_checkpoint(args.out)")
+    [line] = [line for line in buggy.stdout.splitlines() if "DPL" in line]  # DeepSpeed prints what it builds
+    assert line.startswith(f"{place}: DPL507 Collective mismatch: rank 0 is in dist.barrier() at {place.rsplit(':', 1)[0]};")
+    assert list(static_findings(FIXTURES / "deepspeed")) == [(f"train.py:{place.split(':', 1)[1]}", "DPL507")]
+    fixed = dplint_run("--nproc-per-node", "2", str(FIXTURES / "deepspeed_fixed" / "train.py"), "--out", str(tmp_path / "ckpt"), cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr
+    assert not [line for line in fixed.stdout.splitlines() if "DPL" in line]
+    assert (tmp_path / "ckpt" / "latest").read_text() == "global_step4"
+
+
+ACCELERATE_DEEPSPEED = """\
+import torch
+from accelerate import Accelerator, DeepSpeedPlugin
+from torch import nn
+
+accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2, gradient_accumulation_steps=1))
+model = nn.Linear(8, 1)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(32, 8)), batch_size=8)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for (inputs,) in loader:
+    accelerator.backward(model(inputs).pow(2).mean())
+    optimizer.step()
+    optimizer.zero_grad()
+{save}
+"""
+
+
+def test_accelerate_save_state_under_deepspeed_on_the_main_process_alone_is_reported_statically_and_at_its_line(tmp_path: Path) -> None:
+    # Under DeepSpeed `save_state` saves every rank's shard: the main process alone waits in it.
+    script = tmp_path / "train.py"
+    script.write_text(ACCELERATE_DEEPSPEED.format(save="if accelerator.is_main_process:\n    accelerator.save_state('state')"))
+    static = subprocess.run([sys.executable, "-m", "dplint", "--no-cache", "--preview", "--select", "DPL507", str(script)], capture_output=True, text=True)
+    assert static.stdout.splitlines()[0].startswith(f"{script}:15:5: DPL507 Only some ranks run `accelerator.save_state()` (under DeepSpeed or FSDP)")
+    buggy = dplint_run("--nproc-per-node", "2", str(script), cwd=tmp_path)
+    assert buggy.returncode == 1, buggy.stderr
+    [line] = [line for line in buggy.stdout.splitlines() if "DPL" in line]
+    assert line.startswith("train.py:15:5: DPL507 Collective mismatch: rank 0 is in dist.barrier() at train.py:15;")
+    script.write_text(ACCELERATE_DEEPSPEED.format(save="accelerator.save_state('state')"))
+    fixed = dplint_run("--nproc-per-node", "2", str(script), cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr
+    assert (tmp_path / "state" / "pytorch_model" / "latest").exists() or any((tmp_path / "state").iterdir())
+
+
 def test_fsdp2_runs_on_cpu_ranks_and_a_checkpoint_saved_on_rank_zero_alone_stops_at_its_line(tmp_path: Path) -> None:
     script = tmp_path / "fsdp2.py"
     script.write_text(

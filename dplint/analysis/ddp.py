@@ -36,7 +36,7 @@ COLLECTIVE_NAMES = frozenset(
 )
 # Methods of the frameworks' objects (the classes `FileContext.framework_object` names) that run a
 # collective inside: every rank must call them. Accelerate's `save_state` and `get_state_dict` gather only
-# under DeepSpeed or FSDP, which the launch configuration chooses: not listed.
+# under DeepSpeed or FSDP: `SHARDED_ACCELERATE_COLLECTIVES`, where the program itself sets those up.
 FRAMEWORK_COLLECTIVES: Dict[str, FrozenSet[str]] = {
     "accelerate.Accelerator": frozenset({"wait_for_everyone", "gather", "gather_for_metrics", "reduce", "pad_across_processes"}),
     "deepspeed.DeepSpeedEngine": frozenset({"save_checkpoint"}),
@@ -48,8 +48,16 @@ CHECKPOINT_COLLECTIVES = frozenset(
     f"torch.distributed.checkpoint.{name}"
     for name in ("save", "load", "async_save", "state_dict_saver.save", "state_dict_saver.async_save", "state_dict_loader.load")
 )
+SHARDED_ACCELERATE_COLLECTIVES = frozenset({"save_state", "get_state_dict"})
+# What sets up DeepSpeed or FSDP for an Accelerator: its plugins, or the keywords that take them.
+ACCELERATE_SHARDING_PLUGINS = frozenset(
+    f"accelerate.{module}{name}"
+    for module in ("", "utils.", "utils.dataclasses.")
+    for name in ("DeepSpeedPlugin", "FullyShardedDataParallelPlugin")
+)
+ACCELERATE_SHARDING_KEYWORDS = frozenset({"deepspeed_plugin", "deepspeed_plugins", "fsdp_plugin"})
 # The frameworks' collective methods by name alone: a first test of a call, before its receiver's value is read.
-FRAMEWORK_METHODS = frozenset().union(*FRAMEWORK_COLLECTIVES.values())
+FRAMEWORK_METHODS = frozenset().union(*FRAMEWORK_COLLECTIVES.values(), SHARDED_ACCELERATE_COLLECTIVES)
 # A file that calls one of these methods by name (a prefilter: the receiver is read later).
 _COLLECTIVE_METHODS = sorted(FRAMEWORK_METHODS | {name.rpartition(".")[2] for name in CHECKPOINT_COLLECTIVES})
 CALLS_A_FRAMEWORK_COLLECTIVE = GuardedPattern(r"\.(?:" + "|".join(_COLLECTIVE_METHODS) + r")\s*\(", _COLLECTIVE_METHODS)
@@ -60,6 +68,11 @@ FSDP_COLLECTIVE_METHODS = frozenset({"summon_full_params", "full_optim_state_dic
 ASYNC_OP_POSITION = {
     "barrier": 1, "all_reduce": 3, "reduce": 4, "broadcast": 3, "all_gather": 3, "all_gather_into_tensor": 3, "gather": 4,
     "scatter": 4, "reduce_scatter": 4, "reduce_scatter_tensor": 4, "all_to_all": 3, "all_to_all_single": 5,
+}  # fmt: skip
+# Where each collective takes its `group` positionally (torch 2.13's signatures).
+GROUP_POSITION = {
+    **{name: position - 1 for name, position in ASYNC_OP_POSITION.items()},
+    "monitored_barrier": 0, "all_gather_object": 2, "broadcast_object_list": 2, "gather_object": 3, "scatter_object_list": 3,
 }  # fmt: skip
 # The wrappers whose forward or state_dict is a collective: their wrap names them in the file.
 NAMES_A_DISTRIBUTED_MODEL = GuardedPattern(
@@ -145,7 +158,7 @@ USES_DISTRIBUTED = GuardedPattern(
 # ... or, for the frameworks' collectives, names Accelerate (an `accelerator`), DeepSpeed or Lightning.
 USES_DISTRIBUTED_OR_A_FRAMEWORK = GuardedPattern(
     r"distributed|FSDP|fully_shard|accelerat|deepspeed|lightning",
-    ["istributed", "ISTRIBUTED", "FSDP", "fsdp", "Fsdp", "ully_shard", "ULLY_SHARD", "ccelerat", "eepspeed", "ightning"],
+    ["istributed", "ISTRIBUTED", "FSDP", "fsdp", "Fsdp", "ully_shard", "ULLY_SHARD", "ccelerat", "eepspeed", "eepSpeed", "EEPSPEED", "ightning", "IGHTNING"],
     re.IGNORECASE,
     one_line=True,
 )
@@ -175,6 +188,15 @@ def collective_name(ctx: FileContext, call: cst.Call) -> Optional[str]:
     if module in (DISTRIBUTED, "torch.distributed.distributed_c10d") and name in COLLECTIVE_NAMES:
         return name
     return None
+
+
+def on_a_subgroup(ctx: FileContext, call: cst.Call, name: str) -> bool:
+    """Whether a collective names a process group of its own (`dist.broadcast(t, src, group)`), not the
+    default one: which ranks belong to it is not known here."""
+    group = argument(call, "group", GROUP_POSITION.get(name))
+    if group is None or is_literal(group, None):
+        return False
+    return ctx.qualify(group) not in ("torch.distributed.group.WORLD", "torch.distributed.GroupMember.WORLD")
 
 
 def argument(call: cst.Call, keyword: str, index: Optional[int] = None) -> Optional[cst.BaseExpression]:

@@ -59,6 +59,8 @@ def rank_environment(rank: int, world_size: int, port: int, per_node: int) -> Di
         "TORCHELASTIC_RUN_ID": "dplint",
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "CUDA_VISIBLE_DEVICES": "",  # real GPUs stay unused: the ranks' data is on the CPU, their GPUs emulated
+        # DeepSpeed takes its CPU accelerator: its CUDA one builds CUDA kernels, which emulated GPUs cannot run.
+        "DS_ACCELERATOR": "cpu",
     }
     # As torchrun: one thread per rank when several share the machine, unless the user chose.
     if "OMP_NUM_THREADS" in os.environ or world_size > 1:
