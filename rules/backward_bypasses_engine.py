@@ -44,7 +44,8 @@ class BackwardBypassesEngine(Rule):
     accumulation every micro-batch's gradient counts in full. A DeepSpeed engine does the same in
     `engine.backward(loss)` (loss scaling, the accumulation division, the gradient reduction it
     finishes) and `engine.step()` (the step at the accumulation boundary, gradient clipping, the
-    scheduler, zeroing the gradients): a backward or a step around the engine skips them.
+    scheduler, zeroing the gradients): a step around the engine skips them, and before DeepSpeed 0.18.3
+    (which hooks a plain `loss.backward()` on the engine's output) so does a backward around it.
 
     ## Example
     ```python
@@ -521,7 +522,7 @@ class _View:
                 if self._computed_from(receiver, engine):
                     return Report(
                         node=call,
-                        message=f"`{shown}` bypasses the DeepSpeed engine: its loss scaling and gradient handling are skipped.",
+                        message=f"`{shown}` goes around the DeepSpeed engine, whose backward steps DeepSpeed < 0.18.3 then skips.",
                         help=f"Call `{engine}.backward(loss)` instead, then `{engine}.step()` (not the optimizer's `step()`).",
                     )
         return None

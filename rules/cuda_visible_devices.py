@@ -31,7 +31,7 @@ DEVICE_COUNT = "torch.cuda.device_count"
 ENVIRON_SETTERS = frozenset({"os.environ.setdefault", "os.environ.update", "os.environ.__setitem__", "os.putenv"})
 ENVIRON_READERS = frozenset({"os.environ.get", "os.getenv", "os.environ.pop"})
 # Calls that start a process which reads the environment afresh (a new interpreter, or Ray's workers):
-# a write followed by one of them is made for that child, whatever this process has done.
+# a write followed by one of them, and by no CUDA use of this process, is made for that child.
 CHILD_STARTERS = frozenset(
     {
         "os.system", "os.popen", "os.execv", "os.execve", "os.execvp", "os.execvpe", "os.execl", "os.execle",
@@ -415,18 +415,23 @@ def _written_value(ctx: FileContext, found: Assignment) -> Optional[cst.BaseExpr
 
 
 def _starts_a_child_after(ctx: FileContext, found: Assignment) -> bool:
-    """Whether the write's function (or module) starts a child process after it (`os.system`,
-    `subprocess.run`, `ray.init`, a Ray actor's `.remote()`): the child reads the variable afresh."""
-    seen = False
+    """Whether the write is for a child process: its function (or module) then starts one that inherits
+    this environment (`os.system`, `subprocess.run` without `env=`, `ray.init`, a Ray actor's
+    `.remote()`), which reads the variable afresh, and touches CUDA no more itself."""
+    analysis = _analysis(ctx)
+    seen = child = False
     for node in _in_source_order(_scope_body(ctx, found)):
         if node is found.statement:
             seen = True
         elif seen and isinstance(node, cst.Call):
-            if ctx.qualify(node.func) in CHILD_STARTERS:
-                return True
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "remote":
-                return True
-    return False
+            qualified = ctx.qualify(node.func)
+            if analysis._initialises_cuda(node, qualified, FlowState()):
+                return False  # this process uses the devices too
+            if qualified in CHILD_STARTERS and not any(arg.keyword is not None and arg.keyword.value == "env" for arg in node.args):
+                child = True
+            elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "remote":
+                child = True
+    return child
 
 
 def _in_source_order(body: Body) -> Iterator[cst.CSTNode]:
@@ -488,9 +493,10 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
     a method called through an object, is not seen. CUDA counts as initialised only where it is on
     every path: after an `if` whose every branch initialises it, not after one branch, a loop body or
     a `try` body (DPL202 reports those as possibly too late). A write followed, in its function,
-    by a child process (`os.system`, `subprocess`, `ray.init`, a Ray actor's `.remote()`) is taken as
-    meant for that child, which reads the variable afresh, and is not reported; so is a write that puts
-    back the value its function read before.
+    by a child process that inherits the environment (`os.system`, `subprocess` without `env=`,
+    `ray.init`, a Ray actor's `.remote()`) and by no CUDA use of this process is taken as meant for
+    that child, which reads the variable afresh, and is not reported; so is a write that puts back the
+    value its function read before.
     """
 
     code = "DPL201"
@@ -677,9 +683,10 @@ class CudaVisibleDevicesAfterTorchImport(Rule):
     Project modules count as importing torch when they import it (or a torch-based library) at module
     level, directly or through other linted modules; a module outside the linted paths is known only
     if it is a well-known torch-based library (torchvision, transformers, lightning, …). A write
-    followed, in its function, by a child process (`os.system`, `subprocess`, `ray.init`, a Ray
-    actor's `.remote()`) is meant for that child and is not reported, nor is a write that puts back
-    the value its function read before.
+    followed, in its function, by a child process that inherits the environment (`os.system`,
+    `subprocess` without `env=`, `ray.init`, a Ray actor's `.remote()`) and by no CUDA use of this
+    process is meant for that child and is not reported, nor is a write that puts back the value its
+    function read before.
     """
 
     code = "DPL202"

@@ -17,6 +17,8 @@ from dplint.analysis.ddp import (
     USES_DISTRIBUTED_OR_A_FRAMEWORK,
     CALLS_A_FRAMEWORK_COLLECTIVE,
     CHECKPOINT_COLLECTIVES,
+    GATHERING_TENSOR_METHODS,
+    STATE_DICT_COLLECTIVES,
     ACCELERATE_SHARDING_KEYWORDS,
     ACCELERATE_SHARDING_PLUGINS,
     FRAMEWORK_COLLECTIVES,
@@ -99,6 +101,10 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
         return [Collective(f"`FSDP.{method}()`", call)]
     if qualified in CHECKPOINT_COLLECTIVES:
         return [Collective(f"`{ctx.code(call.func)}()` (torch.distributed.checkpoint)", call)]
+    if qualified in STATE_DICT_COLLECTIVES:
+        return [Collective(f"`{ctx.code(call.func)}()`", call)]
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in GATHERING_TENSOR_METHODS and not call.args:
+        return [Collective(f"`{ctx.code(call.func)}()` (a DTensor's gather)", call)]
     target = dotted(call.func)
     if target is not None and target in wrapped_names(ctx, scope):
         return [Collective(f"the forward of DDP model `{target}`", call, buffers_only=True)]
@@ -172,7 +178,8 @@ class RankConditionalCollective(Rule):
     `local_rank in (-1, 0)`, after `if rank != 0: return`, in a `@rank_zero_only` function):
     `dist.barrier/all_reduce/all_gather/broadcast/reduce/...`, the object collectives, the forward of a
     DDP model (it syncs buffers), FSDP `state_dict()`/`summon_full_params`, `torch.distributed.checkpoint`'s
-    `save`/`load`, the frameworks' methods that
+    `save`/`load` and its `get_model_state_dict`/`get_state_dict`/`set_model_state_dict` family, a DTensor's
+    `full_tensor()` (FSDP2's parameters), the frameworks' methods that
     run collectives (Accelerate's `accelerator.wait_for_everyone/gather/gather_for_metrics/reduce/
     pad_across_processes`, a DeepSpeed engine's `save_checkpoint`, Lightning's
     `trainer.save_checkpoint`, Fabric's `barrier/all_gather/all_reduce/broadcast/save`, on an object the
@@ -311,6 +318,17 @@ class RankConditionalCollective(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+
+            def save(model, path):
+                if dist.get_rank() == 0:  # FSDP2: every rank holds a shard of each parameter
+                    torch.save({name: p.full_tensor() for name, p in model.state_dict().items()}, path)
+            """,
+            line=6,
+        ),
         Invalid(
             """
             from accelerate import Accelerator, DeepSpeedPlugin

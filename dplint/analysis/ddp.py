@@ -48,6 +48,14 @@ CHECKPOINT_COLLECTIVES = frozenset(
     f"torch.distributed.checkpoint.{name}"
     for name in ("save", "load", "async_save", "state_dict_saver.save", "state_dict_saver.async_save", "state_dict_loader.load")
 )
+# torch.distributed.checkpoint.state_dict's getters and setters: a full state dict of a sharded model is
+# gathered from every rank (and a setter broadcasts from rank 0), so every rank must call them.
+STATE_DICT_COLLECTIVES = frozenset(
+    f"torch.distributed.checkpoint.state_dict.{name}"
+    for name in ("get_model_state_dict", "get_optimizer_state_dict", "get_state_dict", "set_model_state_dict", "set_optimizer_state_dict", "set_state_dict")
+)
+# DTensor's method that gathers its shards from every rank of its mesh.
+GATHERING_TENSOR_METHODS = frozenset({"full_tensor"})
 SHARDED_ACCELERATE_COLLECTIVES = frozenset({"save_state", "get_state_dict"})
 # What sets up DeepSpeed or FSDP for an Accelerator: its plugins, or the keywords that take them.
 ACCELERATE_SHARDING_PLUGINS = frozenset(
@@ -59,7 +67,9 @@ ACCELERATE_SHARDING_KEYWORDS = frozenset({"deepspeed_plugin", "deepspeed_plugins
 # The frameworks' collective methods by name alone: a first test of a call, before its receiver's value is read.
 FRAMEWORK_METHODS = frozenset().union(*FRAMEWORK_COLLECTIVES.values(), SHARDED_ACCELERATE_COLLECTIVES)
 # A file that calls one of these methods by name (a prefilter: the receiver is read later).
-_COLLECTIVE_METHODS = sorted(FRAMEWORK_METHODS | {name.rpartition(".")[2] for name in CHECKPOINT_COLLECTIVES})
+_COLLECTIVE_METHODS = sorted(
+    FRAMEWORK_METHODS | GATHERING_TENSOR_METHODS | {name.rpartition(".")[2] for name in CHECKPOINT_COLLECTIVES | STATE_DICT_COLLECTIVES}
+)
 CALLS_A_FRAMEWORK_COLLECTIVE = GuardedPattern(r"\.(?:" + "|".join(_COLLECTIVE_METHODS) + r")\s*\(", _COLLECTIVE_METHODS)
 # FSDP's class methods that gather the full parameters: every rank must call them.
 FSDP_COLLECTIVE_METHODS = frozenset({"summon_full_params", "full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict"})
