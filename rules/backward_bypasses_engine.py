@@ -15,7 +15,7 @@ from dplint.analysis.execution import (
     builders_of,
     guards_exclude,
 )
-from dplint.analysis.names import Body, block_body, child_blocks, dotted
+from dplint.analysis.names import Body, block_body, child_blocks, dotted, header_expressions
 from dplint.analysis.patterns import GuardedPattern
 from dplint.rule import Invalid, Report, Rule, Valid
 
@@ -338,7 +338,7 @@ def _calls_with_alternatives(body: Body, others: Tuple[cst.CSTNode, ...]) -> Ite
                 alternative = block_body(statement.orelse.body)
                 yield from _calls_with_alternatives(alternative, others + (statement.body,) + (rest if exits(alternative) else ()))
         elif isinstance(statement, cst.BaseCompoundStatement):
-            for header in _headers(statement):
+            for header in header_expressions(statement):
                 for call in calls_in(header):
                     yield call, others
             for block in child_blocks(statement):
@@ -346,16 +346,6 @@ def _calls_with_alternatives(body: Body, others: Tuple[cst.CSTNode, ...]) -> Ite
         else:
             for call in calls_in(statement):
                 yield call, others
-
-
-def _headers(statement: cst.BaseCompoundStatement) -> Iterator[cst.CSTNode]:
-    if isinstance(statement, cst.While):
-        yield statement.test
-    elif isinstance(statement, cst.For):
-        yield statement.iter
-    elif isinstance(statement, cst.With):
-        for item in statement.items:
-            yield item.item
 
 
 def _is_tensor_backward(call: cst.Call) -> bool:

@@ -13,6 +13,7 @@ from dplint.analysis.names import (
     ImportMap,
     block_body,
     child_blocks,
+    header_expressions,
     dotted,
     iter_small_statements,
 )
@@ -158,7 +159,7 @@ class FlowAnalysis:
             return state
         if isinstance(statement, cst.ClassDef):
             return self._block(block_body(statement.body), state)
-        state = self._expressions(_header_expressions(statement), statement, state)
+        state = self._expressions(header_expressions(statement), statement, state)
         if isinstance(statement, cst.With):
             return self._block(block_body(statement.body), state)
         after = state
@@ -324,19 +325,6 @@ def _one_block_runs(statement: cst.CSTNode) -> bool:
     while isinstance(statement, cst.If):
         statement = statement.orelse
     return isinstance(statement, cst.Else)
-
-
-def _header_expressions(statement: cst.CSTNode) -> List[cst.CSTNode]:
-    """The expressions a compound statement evaluates before entering its blocks."""
-    if isinstance(statement, (cst.If, cst.While)):
-        return [statement.test]
-    if isinstance(statement, cst.For):
-        return [statement.iter]
-    if isinstance(statement, cst.With):
-        return [item.item for item in statement.items]
-    if isinstance(statement, cst.Match):
-        return [statement.subject]
-    return []
 
 
 def _calls_in_evaluation_order(node: cst.CSTNode) -> Iterator[cst.Call]:

@@ -13,7 +13,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tup
 import libcst as cst
 
 from dplint.analysis.facts import DistributedProgram, FileFacts, scan_distributed, scan_imports
-from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_calls, iter_small_statements, names_in
+from dplint.analysis.names import Body, block_body, child_blocks, dotted, header_expressions, iter_calls, iter_small_statements, names_in
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
 from dplint.analysis.execution import DATA_LOADERS
@@ -288,23 +288,13 @@ def scope_calls(scope: ScopeInfo) -> List[cst.Call]:
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
         if isinstance(statement, cst.BaseCompoundStatement):
-            for header in _headers(statement):
+            for header in header_expressions(statement):
                 found.extend(calls_in(header))
             for block in child_blocks(statement):
                 found.extend(scope_calls(ScopeInfo(None, block, None)))
         else:
             found.extend(calls_in(statement))
     return found
-
-
-def _headers(statement: cst.BaseCompoundStatement) -> Iterator[cst.CSTNode]:
-    if isinstance(statement, (cst.If, cst.While)):
-        yield statement.test
-    elif isinstance(statement, cst.For):
-        yield statement.iter
-    elif isinstance(statement, cst.With):
-        for item in statement.items:
-            yield item.item
 
 
 def is_backward_call(call: cst.Call) -> bool:

@@ -156,6 +156,20 @@ def child_nodes(node: cst.CSTNode) -> List[cst.CSTNode]:
     return children
 
 
+def header_expressions(statement: cst.CSTNode) -> List[cst.CSTNode]:
+    """The expressions a compound statement evaluates before entering its blocks (an `if` or `while`
+    test, a `for` iterable, the `with` items, a `match` subject)."""
+    if isinstance(statement, (cst.If, cst.While)):
+        return [statement.test]
+    if isinstance(statement, cst.For):
+        return [statement.iter]
+    if isinstance(statement, cst.With):
+        return [item.item for item in statement.items]
+    if isinstance(statement, cst.Match):
+        return [statement.subject]
+    return []
+
+
 def child_blocks(statement: cst.BaseCompoundStatement) -> Iterator[Body]:
     """The statement lists directly inside a compound statement (bodies, else/except/finally)."""
     if isinstance(statement, cst.Match):
