@@ -230,6 +230,22 @@ class _Scope:
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
+def _module_level_definitions(body: Sequence[ast.stmt]) -> Iterator[ast.AST]:
+    """The functions and classes a module's statements define as its globals: at its top level, and
+    inside its top-level `if`, `try`, `with` and loop blocks (`if TYPE_CHECKING:`, `try: ... except
+    ImportError:`), which bind module names just the same."""
+    for node in body:
+        if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+            yield node
+        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            yield from _module_level_definitions([*node.body, *getattr(node, "orelse", ()), *getattr(node, "finalbody", ())])
+            for handler in getattr(node, "handlers", ()):
+                yield from _module_level_definitions(handler.body)
+        elif isinstance(node, ast.Match):
+            for case in node.cases:
+                yield from _module_level_definitions(case.body)
+
+
 class Symbols:
     """Turns a file's expressions into symbolic ones, resolving names through its scopes and imports.
 
@@ -247,9 +263,8 @@ class Symbols:
         self.functions: List[Tuple[str, ast.AST, _Scope, Optional[str]]] = [(module, tree, self.module_scope, None)]
         self.classes: List[Tuple[str, ast.ClassDef, _Scope]] = []  # (qualified name, node, the scope it is in)
         self.calls: Dict[int, List[ast.Call]] = {}  # id of a statement → the calls in its own expressions (not in lambdas)
-        for node in tree.body:
-            if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
-                self.defined[node.name] = f"{module}.{node.name}"
+        for node in _module_level_definitions(tree.body):
+            self.defined[node.name] = f"{module}.{node.name}"
         self._walk(tree, package)
         for _, _, scope, _ in self.functions:
             scope.locals -= scope.globals

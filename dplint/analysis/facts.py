@@ -1379,8 +1379,9 @@ class ProjectFacts:
 
     @cached_property
     def uses_accelerate(self) -> bool:
-        """Whether a file of the project imports Hugging Face Accelerate."""
-        return any(name.split(".")[0] == "accelerate" for facts in self.files.values() for name in facts.imports)
+        """Whether a file of the project imports Hugging Face Accelerate (at its top level, or indented:
+        in a function, or under an `if`/`try` of its top level)."""
+        return any(name.split(".")[0] == "accelerate" for facts in self.files.values() for name in (*facts.imports, *facts.nested_imports))
 
     def wraps_any(self, class_names: Iterable[str]) -> bool:
         """Whether DataParallel runs the `forward` of any of these classes (by name: a cheap prefilter)."""
@@ -1856,7 +1857,7 @@ def scan_distributed(text: str, parse: Optional[Callable[[], Optional[ast.Module
     return facts if facts != DistributedFileFacts() else None
 
 
-_MAIN_GUARD = re.compile(r"^if[ \t]+__name__[ \t]*==[ \t]*[\"']__main__[\"']", re.M)
+_MAIN_GUARD = re.compile(r"^[ \t]*if[ \t]+__name__[ \t]*==[ \t]*[\"']__main__[\"']", re.M)
 # A call statement at module level (`main()`, `utils.init_training(args)`): the file may be a script.
 _MODULE_LEVEL_CALL = re.compile(r"^[A-Za-z_][\w.]*[ \t]*\(", re.M)
 _CALLED_NAME = re.compile(r"(?<!def )(?<!class )\b([A-Za-z_]\w*)[ \t]*\(")
