@@ -65,6 +65,7 @@ class FlowState:
     torch_import: Optional[Event] = None
     cuda_init: Optional[Event] = None
     cuda_names: frozenset = frozenset()  # names bound to a CUDA device (`device = torch.device("cuda")`)
+    pending: frozenset = frozenset()  # the writes before CUDA initialises, which no initialisation followed yet
 
     def merge(self, other: "FlowState") -> "FlowState":
         """Where two paths meet: torch may have been imported on either (DPL202 says "may"), but CUDA
@@ -73,6 +74,7 @@ class FlowState:
             self.torch_import or other.torch_import,
             self.cuda_init if other.cuda_init is not None else None,
             self.cuda_names & other.cuda_names,
+            self.pending | other.pending,
         )
 
 
@@ -107,6 +109,8 @@ class FlowAnalysis:
     effects: Dict[Tuple[cst.FunctionDef, FlowState], FlowState] = field(default_factory=dict)
     calls: Dict[cst.CSTNode, List[cst.Call]] = field(default_factory=dict)
     local_names: Dict[cst.FunctionDef, frozenset] = field(default_factory=dict)
+    # The writes made before CUDA initialised that an initialisation of this process then followed.
+    followed_by_cuda: Set[cst.CSTNode] = field(default_factory=set)
 
     def run(self) -> "FlowAnalysis":
         module = self.ctx.module
@@ -181,7 +185,7 @@ class FlowAnalysis:
                 state = self._expressions([value], small, state)
             targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
             if any(_is_variable_subscript(self.ctx, target) for target in targets):
-                self._record(small, small, state)
+                state = self._record(small, small, state)
             return self._track_device_names(targets, value, state)
         return self._expressions([small], small, state)
 
@@ -204,12 +208,12 @@ class FlowAnalysis:
     def _call(self, call: cst.Call, statement: cst.CSTNode, state: FlowState) -> FlowState:
         qualified = self.ctx.qualify(call.func)
         if qualified in ENVIRON_SETTERS and _set_value(call, qualified) is not None:
-            self._record(call, statement, state)
-            return state
+            return self._record(call, statement, state)
         if state.cuda_init is None and self._initialises_cuda(call, qualified, state):
             function = self.running[-1].name.value if self.running else None
             event = Event(f"`{self.ctx.short_code(call)}`", call, function, qualified == DEVICE_COUNT)
-            return replace(state, cuda_init=event)
+            self.followed_by_cuda.update(state.pending)
+            return replace(state, cuda_init=event, pending=frozenset())
         if isinstance(call.func, cst.Name):
             function = self.functions.get(call.func.value)
             if function is not None and function not in self.running:
@@ -217,17 +221,18 @@ class FlowAnalysis:
                 return self._run_function(function, state)
         return state
 
-    def _record(self, node: cst.CSTNode, statement: cst.CSTNode, state: FlowState) -> None:
+    def _record(self, node: cst.CSTNode, statement: cst.CSTNode, state: FlowState) -> FlowState:
         scope = self.running[-1] if self.running else None
         if state.cuda_init is not None:
             found = Assignment(node, statement, "DPL201", state.cuda_init, scope)
         elif state.torch_import is not None:
             found = Assignment(node, statement, "DPL202", state.torch_import, scope)
         else:
-            return
+            return state
         previous = self.assignments.get(node)
         if previous is None or (previous.code == "DPL202" and found.code == "DPL201"):
             self.assignments[node] = found
+        return state if state.cuda_init is not None else replace(state, pending=state.pending | {node})
 
     # ----- what the code does ---------------------------------------------------------------------
 
@@ -407,6 +412,8 @@ def _starts_a_child_after(ctx: FileContext, found: Assignment) -> bool:
     this environment (`os.system`, `subprocess.run` without `env=`, `ray.init`, a Ray actor's
     `.remote()`), which reads the variable afresh, and touches CUDA no more itself."""
     analysis = _analysis(ctx)
+    if found.node in analysis.followed_by_cuda:
+        return False  # this process initialises CUDA after it: the write is for it too
     seen = child = False
     for node in _in_source_order(_scope_body(ctx, found)):
         if node is found.statement:
