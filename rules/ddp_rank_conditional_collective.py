@@ -6,7 +6,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from dplint.analysis.names import Body, block_body, child_blocks, dotted
+from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_calls
 from dplint.analysis.context import FileContext
 from dplint.analysis.outline import Outline
 from dplint.rule import Invalid, Report, Rule, Valid
@@ -26,6 +26,7 @@ from dplint.analysis.ddp import (
     SHARDED_ACCELERATE_COLLECTIVES,
     FSDP,
     FSDP_COLLECTIVE_METHODS,
+    is_literal,
     on_a_subgroup,
     ScopeInfo,
     collective_calls,
@@ -38,7 +39,7 @@ from dplint.analysis.ddp import (
 from dplint.analysis.execution import ACCELERATOR_CLASS, builders_of
 from dplint.analysis.wrapping import FSDP_CLASSES, wrapped_names
 
-
+_ACCELERATOR_BUILDERS = builders_of(ACCELERATOR_CLASS)
 
 
 @dataclass(frozen=True)
@@ -122,12 +123,20 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
 
 
 def _shards_through_accelerate(ctx: FileContext) -> bool:
-    """Whether the project sets up DeepSpeed or FSDP for an Accelerator: it builds one of their plugins,
-    or passes one to `Accelerator(...)`."""
-    execution = ctx.project.execution
-    return not execution.called_names.isdisjoint(ACCELERATE_SHARDING_PLUGINS) or execution.called_with_keyword(
-        builders_of(ACCELERATOR_CLASS), ACCELERATE_SHARDING_KEYWORDS
-    )
+    """Whether the file sets up DeepSpeed or FSDP for its Accelerator: it builds one of their plugins, or
+    passes a value other than None to `Accelerator(deepspeed_plugin=...)` (another script of the
+    project may train without them)."""
+
+    def shards(call: cst.Call) -> bool:
+        qualified = ctx.qualify(call.func)
+        if qualified in ACCELERATE_SHARDING_PLUGINS:
+            return True
+        return qualified in _ACCELERATOR_BUILDERS and any(
+            argument.keyword is not None and argument.keyword.value in ACCELERATE_SHARDING_KEYWORDS and not is_literal(argument.value, None)
+            for argument in call.args
+        )
+
+    return ctx.memo("dpl507-accelerate-shards", lambda: any(shards(call) for call in iter_calls(ctx.module)))
 
 
 

@@ -1468,16 +1468,6 @@ class ExecutionModel:
             site.callee[1] for info in self.files.values() for function in info.functions.values() for site in function.calls if site.callee[0] == "q"
         )
 
-    def called_with_keyword(self, callees: FrozenSet[str], keywords: FrozenSet[str]) -> bool:
-        """Whether the project calls one of the qualified names with one of the keywords, not as None
-        (`Accelerator(deepspeed_plugin=plugin)`)."""
-        return any(
-            site.callee[0] == "q" and site.callee[1] in callees and any(name in keywords and value != ("c", None) for name, value in site.keywords)
-            for info in self.files.values()
-            for function in info.functions.values()
-            for site in function.calls
-        )
-
     @cached_property
     def _method_receivers(self) -> FrozenSet[Tuple[str, str]]:
         """(variable key, method) of every `<variable>.<method>(...)` the project calls."""
