@@ -83,7 +83,7 @@ class BackwardBypassesEngine(Rule):
 
     code = "DPL518"
     preview = True
-    preview_reason = "New: not yet measured on repositories using Accelerate or DeepSpeed."
+    preview_reason = "Not measured: it made no finding on the 574 repositories of the sweep, 30 of the held-back ones on Accelerate or DeepSpeed."
     name = "backward-bypasses-engine"
     summary = (
         "`loss.backward()` or `optimizer.step()` around an Accelerator or DeepSpeed engine: its loss scaling and "
