@@ -15,7 +15,7 @@ from dplint.analysis.execution import (
     builders_of,
     guards_exclude,
 )
-from dplint.analysis.names import Body, block_body, child_blocks, dotted, header_expressions
+from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, dotted, header_expressions
 from dplint.analysis.patterns import GuardedPattern
 from dplint.rule import Invalid, Report, Rule, Valid
 
@@ -372,12 +372,8 @@ def _referenced(body: Body) -> List[cst.BaseExpression]:
         elif isinstance(node, cst.Arg):
             pending.append(node.value)
         else:
-            pending.extend(reversed(_children(node)))
+            pending.extend(reversed(child_nodes(node)))
     return found
-
-
-def _children(node: cst.CSTNode) -> List[cst.CSTNode]:
-    return [child for child in node.children if not isinstance(child, (cst.BaseParenthesizableWhitespace,))]
 
 
 def _codes_in(node: cst.CSTNode) -> Set[str]:
@@ -390,7 +386,7 @@ def _codes_in(node: cst.CSTNode) -> Set[str]:
             name = dotted(current)
             if name is not None:
                 found.add(name)
-        pending.extend(_children(current))
+        pending.extend(child_nodes(current))
     return found
 
 
@@ -438,7 +434,7 @@ class _View:
                         if len(elements) > position and dotted(elements[position]) not in (None, "_"):
                             bound.append((self.ctx.code(elements[position]), line))
                 continue
-            pending.extend(_children(node))
+            pending.extend(child_nodes(node))
 
     def object_class(self, code: str, line: int) -> Optional[str]:
         key = (code, line)
@@ -584,7 +580,7 @@ class _View:
                     targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
                     bound = set().union(*(_codes_in(target) for target in targets))
                     assignments.append((bound, _codes_in(node.value)))
-                pending.extend(_children(node))
+                pending.extend(child_nodes(node))
         changed = True
         while changed:
             changed = False

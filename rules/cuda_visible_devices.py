@@ -13,6 +13,7 @@ from dplint.analysis.names import (
     ImportMap,
     block_body,
     child_blocks,
+    child_nodes,
     header_expressions,
     dotted,
     iter_small_statements,
@@ -436,7 +437,7 @@ def _in_source_order(body: Body) -> Iterator[cst.CSTNode]:
         node = stack.pop()
         yield node
         if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            stack.extend(reversed(node.children))
+            stack.extend(reversed(child_nodes(node)))
 
 
 TRIGGERS = re.compile(VARIABLE)

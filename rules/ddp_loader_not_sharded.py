@@ -9,7 +9,7 @@ from dplint.analysis.names import block_body
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
 from dplint.analysis.facts import ProjectFacts
-from dplint.analysis.execution import ACCELERATOR, OPTIMIZER
+from dplint.analysis.execution import ACCELERATOR_CLASS, OPTIMIZER
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import (
     DATA_LOADERS,
@@ -280,7 +280,7 @@ class TrainingLoaderNotSharded(Rule):
                     if not ctx.project.import_connected(ctx.filename, filename):
                         continue  # a same-named function's variable in a program these files are not part of
                     node: cst.CSTNode = iterated
-                    message = "This training loop iterates a `DataLoader` as built, not as `accelerator.prepare` hands it back: every process trains on the whole dataset."
+                    message = "This loop trains on a `DataLoader` that never goes through `accelerator.prepare`: every process trains on all the data."
                 else:
                     found = next((c for c in _loader_calls(ctx) if ctx.same_call(c, call)), None)
                     if found is None:
@@ -337,7 +337,7 @@ def _trains(ctx: FileContext, loop: cst.For) -> bool:
 
 def _uses_accelerator(ctx: FileContext, scope: ScopeInfo) -> bool:
     """Whether the function's own code calls a method of an Accelerate `Accelerator`."""
-    return any(isinstance(call.func, cst.Attribute) and ctx.object_class(call.func.value) == ACCELERATOR[1] for call in scope_calls(scope))
+    return any(isinstance(call.func, cst.Attribute) and ctx.object_class(call.func.value) == ACCELERATOR_CLASS for call in scope_calls(scope))
 
 
 def _loader_calls(ctx: FileContext) -> List[cst.Call]:

@@ -16,7 +16,7 @@ from dplint.analysis.facts import DistributedProgram, FileFacts, scan_distribute
 from dplint.analysis.names import Body, block_body, child_blocks, dotted, header_expressions, iter_calls, iter_small_statements, names_in
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
-from dplint.analysis.execution import DATA_LOADERS
+from dplint.analysis.execution import ACCELERATOR_CLASS, DATA_LOADERS, DEEPSPEED_ENGINE
 
 DISTRIBUTED = "torch.distributed"
 DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
@@ -38,8 +38,8 @@ COLLECTIVE_NAMES = frozenset(
 # collective inside: every rank must call them. Accelerate's `save_state` and `get_state_dict` gather only
 # under DeepSpeed or FSDP: `SHARDED_ACCELERATE_COLLECTIVES`, where the program itself sets those up.
 FRAMEWORK_COLLECTIVES: Dict[str, FrozenSet[str]] = {
-    "accelerate.Accelerator": frozenset({"wait_for_everyone", "gather", "gather_for_metrics", "reduce", "pad_across_processes"}),
-    "deepspeed.DeepSpeedEngine": frozenset({"save_checkpoint"}),
+    ACCELERATOR_CLASS: frozenset({"wait_for_everyone", "gather", "gather_for_metrics", "reduce", "pad_across_processes"}),
+    DEEPSPEED_ENGINE: frozenset({"save_checkpoint"}),
     "lightning.Trainer": frozenset({"save_checkpoint"}),  # the strategy's barrier, under a multi-process strategy
     "lightning.Fabric": frozenset({"barrier", "all_gather", "all_reduce", "broadcast", "save"}),
 }

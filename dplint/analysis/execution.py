@@ -158,17 +158,17 @@ SPAWNERS = frozenset(
 _PROCESS_CLASSES = frozenset({"multiprocessing.Process", "torch.multiprocessing.Process", "multiprocessing.context.Process"})
 # The frameworks' classes, by every name a program may build one with, and what it builds (an object of
 # that class, as `Evaluation.value` knows it); `deepspeed.initialize` hands back its engine first.
+ACCELERATOR_CLASS = "accelerate.Accelerator"
+DEEPSPEED_ENGINE = "deepspeed.DeepSpeedEngine"
 _FRAMEWORK_CLASSES: Mapping[str, str] = {
-    **dict.fromkeys(("accelerate.Accelerator", "accelerate.accelerator.Accelerator"), "accelerate.Accelerator"),
+    **dict.fromkeys(("accelerate.Accelerator", "accelerate.accelerator.Accelerator"), ACCELERATOR_CLASS),
     **dict.fromkeys(
         ("lightning.Trainer", "lightning.pytorch.Trainer", "lightning.pytorch.trainer.trainer.Trainer", "pytorch_lightning.Trainer"),
         "lightning.Trainer",
     ),
     **dict.fromkeys(("lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"), "lightning.Fabric"),
-    "deepspeed.initialize": "deepspeed.DeepSpeedEngine",
+    "deepspeed.initialize": DEEPSPEED_ENGINE,
 }
-ACCELERATOR_CLASS = "accelerate.Accelerator"
-DEEPSPEED_ENGINE = "deepspeed.DeepSpeedEngine"
 
 
 def builders_of(object_class: str) -> FrozenSet[str]:
@@ -806,7 +806,7 @@ _LOADER_PREPARERS = frozenset({"accelerate.data_loader.prepare_data_loader"})
 _GLOBAL_RANK_VARIABLES = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
 _LOCAL_RANK_VARIABLES = frozenset({"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
 _WORLD_SIZE_VARIABLES = frozenset({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
-ACCELERATOR: Value = ("object", "accelerate.Accelerator")
+ACCELERATOR: Value = ("object", ACCELERATOR_CLASS)
 DEEPSPEED_OPTIMIZER = "deepspeed.DeepSpeedOptimizer"  # the optimizer `deepspeed.initialize` hands back second: its engine steps it
 # What library calls return.
 _LIBRARY_VALUES: Mapping[str, Value] = {
@@ -2024,6 +2024,8 @@ class FileExecution:
         return all(any(self.model.calls_method(function, method) for function in program.truth) for program in programs)
 
     def _reaching_evaluations(self, line: int) -> List["Evaluation"]:
+        """The values of each program that reaches the function at the line (its own assignments: another
+        program's module of the same name does not count), or where none does, the whole project's."""
         found = self._function_at(line)
         evaluations = [evaluation for _, evaluation in self._evaluations(found[0])] if found is not None else []
         return evaluations or [self.model.default_evaluation]
@@ -2053,7 +2055,7 @@ class FileExecution:
             for (filename, _), assigned_guard, assigned in self.model.assignments(key, evaluation._functions):
                 if evaluation.value(assigned, filename) == held:
                     common = set(assigned_guard) if common is None else common & set(assigned_guard)
-            if common and any((test, not holds) in common for test, holds in guard):
+            if common and guards_exclude(guard, tuple(common)):
                 return True
         return False
 
@@ -2110,12 +2112,8 @@ class FileExecution:
         expr = self.expression(code, line)
         if expr is None:
             return VARIES_VALUE
-        found = self._function_at(line)
-        # In each program that reaches the function (its own assignments: another program's module of the
-        # same name does not count), or where none does, as the whole project shows it.
-        evaluations = [evaluation for _, evaluation in self._evaluations(found[0])] if found is not None else []
         value: Optional[Value] = None
-        for evaluation in evaluations or [self.model.default_evaluation]:
+        for evaluation in self._reaching_evaluations(line):
             found_value = evaluation.value(expr, self.filename)
             value = found_value if value is None else join(value, found_value)
         return value  # type: ignore[return-value]

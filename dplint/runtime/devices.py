@@ -225,7 +225,9 @@ class Stream:
         pass
 
     def record_event(self, event: Optional["Event"] = None) -> "Event":
-        return event if event is not None else Event()
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
 
     def query(self) -> bool:
         return True
@@ -293,6 +295,10 @@ def _install_queries(emulation: Emulation) -> None:
         emulation.index(device)  # an index this process does not have fails as CUDA's does
         return DeviceProperties()
 
+    def capability(device: Any = None) -> Tuple[int, int]:
+        emulation.index(device)
+        return CAPABILITY
+
     queries: Dict[str, Any] = {
         "is_available": lambda: True,
         "device_count": lambda: emulation.count,
@@ -313,7 +319,7 @@ def _install_queries(emulation: Emulation) -> None:
         "stream": lambda stream=None: contextlib.nullcontext(stream),
         "current_stream": lambda device=None: Stream(device),
         "default_stream": lambda device=None: Stream(device),
-        "get_device_capability": lambda device=None: (properties(device).major, properties(device).minor),
+        "get_device_capability": capability,
         "is_bf16_supported": lambda including_emulation=True: True,  # the emulated autocast runs on the CPU, which has bfloat16
     }
     for name, value in queries.items():
