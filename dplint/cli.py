@@ -18,12 +18,10 @@ from dplint.config import (
     resolve_settings,
 )
 from dplint.finding import Finding
+from dplint.reporters import FORMATS, HUMAN_FORMATS, is_fixable, reading, use_colour, write_report, write_statistics
 
 if TYPE_CHECKING:
     from dplint.engine import InternalError
-
-FORMATS = ("full", "concise", "json", "json-lines", "github", "sarif", "junit", "gitlab")
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -240,7 +238,6 @@ def exit_status(findings: Sequence[Finding], args: argparse.Namespace) -> int:
 
 
 # Formats a person reads; the others are parsed by tools, and nothing else may appear beside them.
-HUMAN_FORMATS = ("full", "concise")
 # A short run shows no progress bar: it would only flicker.
 PROGRESS_DELAY_S = 0.5
 
@@ -405,30 +402,17 @@ def fix_stdin(findings: List[Finding], errors: List[InternalError], sources: Dic
 def report(
     findings: List[Finding], args: argparse.Namespace, out: TextIO, sources: Dict[str, str], show_summary: bool = True, not_parsing: Sequence[str] = ()
 ) -> None:
-    from dplint import reporters
 
     chosen = output_format(args, out)
     if args.statistics:
-        reporters.write_statistics(findings, out, as_json=chosen == "json", unsafe=args.unsafe_fixes)
+        write_statistics(findings, out, as_json=chosen == "json", unsafe=args.unsafe_fixes)
         return
-    reporters.write_report(
-        chosen, findings, out, reporters.reading(sources), use_colour(args.color, out), args.unsafe_fixes, show_summary and not args.quiet, not_parsing
+    write_report(
+        chosen, findings, out, reading(sources), use_colour(args.color, out), args.unsafe_fixes, show_summary and not args.quiet, not_parsing
     )
 
 
-def use_colour(choice: str, out: TextIO) -> bool:
-    """--color always/never decide; auto follows NO_COLOR (any value), then FORCE_COLOR, then the terminal."""
-    if choice != "auto":
-        return choice == "always"
-    if os.environ.get("NO_COLOR"):
-        return False
-    if os.environ.get("FORCE_COLOR"):
-        return True
-    return out.isatty() and os.environ.get("TERM") != "dumb"
-
-
 def _by_file(findings: List[Finding], unsafe: bool) -> Dict[str, List[Finding]]:
-    from dplint.reporters import is_fixable
 
     grouped: Dict[str, List[Finding]] = {}
     for finding in findings:

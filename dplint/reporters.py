@@ -12,6 +12,21 @@ from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 from dplint.docs import reference_url
 from dplint.finding import Finding, Fix, Location, display_path
 
+FORMATS = ("full", "concise", "json", "json-lines", "github", "sarif", "junit", "gitlab")
+HUMAN_FORMATS = ("full", "concise")
+
+
+def use_colour(choice: str, out: TextIO) -> bool:
+    """--color always/never decide; auto follows NO_COLOR (any value), then FORCE_COLOR, then the terminal."""
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return out.isatty() and os.environ.get("TERM") != "dumb"
+
+
 SourceLines = Callable[[str], Optional[List[str]]]
 
 

@@ -12,7 +12,7 @@ import signal
 import sys
 from typing import Any, List, Optional, Sequence, TextIO
 
-from dplint.cli import FORMATS, HUMAN_FORMATS, use_colour
+from dplint.reporters import FORMATS, HUMAN_FORMATS, use_colour
 from dplint.finding import Finding
 from dplint.run_options import ALL_CHECKS, CHECKS_HELP, DEFAULT_TIMEOUT
 

@@ -7,7 +7,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from dplint.analysis.context import FileContext
-from dplint.analysis.facts import DATA_PARALLEL
+from dplint.analysis.torch_api import DATA_PARALLEL
 from dplint.analysis.names import (
     Body,
     ImportMap,

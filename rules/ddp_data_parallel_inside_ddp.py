@@ -4,13 +4,14 @@ from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
-from dplint.analysis.facts import DATA_PARALLEL, MODULE_RETURNING_METHODS, ProjectFacts
+from dplint.analysis.facts import MODULE_RETURNING_METHODS, ProjectFacts
+from dplint.analysis.torch_api import DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL
 from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.names import dotted, iter_calls
 from dplint.analysis.wrapping import Point, scope_points
 from dplint.analysis.patterns import GuardedPattern
-from dplint.analysis.ddp import DDP, argument
+from dplint.analysis.ddp import argument
 
 
 _DATA_PARALLEL = GuardedPattern(r"(?<!Distributed)DataParallel\b", ["DataParallel"])
@@ -159,7 +160,7 @@ class DataParallelInsideDdp(Rule):
     def check(self, ctx: FileContext) -> Iterator[Report]:
         for point in scope_points(ctx):
             for call in iter_calls(point.statement):
-                if ctx.qualify(call.func) in DDP and self._wraps_data_parallel(ctx, point, _strip(argument(call, "module", 0))):
+                if ctx.qualify(call.func) in DISTRIBUTED_DATA_PARALLEL and self._wraps_data_parallel(ctx, point, _strip(argument(call, "module", 0))):
                     yield Report(
                         node=call,
                         message="This `DistributedDataParallel` wraps an `nn.DataParallel` model: each DDP process must drive one device.",

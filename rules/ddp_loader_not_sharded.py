@@ -9,10 +9,9 @@ from dplint.analysis.names import block_body
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
 from dplint.analysis.facts import ProjectFacts
-from dplint.analysis.execution import ACCELERATOR_CLASS, OPTIMIZER
+from dplint.analysis.execution import ACCELERATOR_CLASS, DATA_LOADERS, OPTIMIZER
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import (
-    DATA_LOADERS,
     ScopeInfo,
     argument,
     for_loops,

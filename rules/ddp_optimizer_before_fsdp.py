@@ -10,7 +10,8 @@ from dplint.analysis.names import dotted
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
-from dplint.analysis.ddp import FSDP, argument, calls_in, iter_scopes, iter_statements
+from dplint.analysis.torch_api import FULLY_SHARDED_DATA_PARALLEL
+from dplint.analysis.ddp import argument, calls_in, iter_scopes, iter_statements
 
 FULLY_SHARD = frozenset(
     {"torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard.fully_shard"}
@@ -125,7 +126,7 @@ class OptimizerBeforeFsdpWrap(Rule):
                         owner = _parameters_owner(argument(call, "params", 0))
                         if owner is not None:
                             optimizers.setdefault(owner, call)
-                    elif qualified in FSDP or qualified in FULLY_SHARD:
+                    elif qualified in FULLY_SHARDED_DATA_PARALLEL or qualified in FULLY_SHARD:
                         wrapped = _strip(argument(call, "module", 0))
                         name = dotted(wrapped) if wrapped is not None else None
                         if name in optimizers:

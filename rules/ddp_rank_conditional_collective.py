@@ -24,7 +24,6 @@ from dplint.analysis.ddp import (
     FRAMEWORK_COLLECTIVES,
     FRAMEWORK_METHODS,
     SHARDED_ACCELERATE_COLLECTIVES,
-    FSDP,
     FSDP_COLLECTIVE_METHODS,
     is_literal,
     on_a_subgroup,
@@ -37,6 +36,7 @@ from dplint.analysis.ddp import (
     scope_calls,
 )
 from dplint.analysis.execution import ACCELERATOR_CLASS, builders_of
+from dplint.analysis.torch_api import FULLY_SHARDED_DATA_PARALLEL
 from dplint.analysis.wrapping import FSDP_CLASSES, wrapped_names
 
 _ACCELERATOR_BUILDERS = builders_of(ACCELERATOR_CLASS)
@@ -98,7 +98,7 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
         return [] if on_a_subgroup(ctx, call, name) else [Collective(f"`dist.{name}()`", call)]
     qualified = ctx.qualify(call.func) or ""
     owner, _, method = qualified.rpartition(".")
-    if owner in FSDP and method in FSDP_COLLECTIVE_METHODS:
+    if owner in FULLY_SHARDED_DATA_PARALLEL and method in FSDP_COLLECTIVE_METHODS:
         return [Collective(f"`FSDP.{method}()`", call)]
     if qualified in CHECKPOINT_COLLECTIVES:
         return [Collective(f"`{ctx.code(call.func)}()` (torch.distributed.checkpoint)", call)]

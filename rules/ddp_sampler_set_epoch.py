@@ -7,10 +7,10 @@ import libcst as cst
 
 from dplint.analysis.names import descendants, dotted
 from dplint.analysis.context import FileContext
+from dplint.analysis.execution import DATA_LOADERS
 from dplint.edits import binding_on_every_path, indentation
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 from dplint.analysis.ddp import (
-    DATA_LOADERS,
     DISTRIBUTED_SAMPLERS,
     ScopeInfo,
     argument,

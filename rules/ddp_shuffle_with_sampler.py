@@ -7,10 +7,10 @@ import libcst as cst
 from dplint.analysis.names import dotted
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
+from dplint.analysis.execution import DATA_LOADERS
 from dplint.edits import code_at, indentation
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 from dplint.analysis.ddp import (
-    DATA_LOADERS,
     ScopeInfo,
     argument,
     branches,

@@ -7,9 +7,9 @@ import libcst as cst
 
 from dplint.analysis.names import dotted, run_visitor
 from dplint.analysis.context import FileContext
+from dplint.analysis.execution import DATA_LOADERS
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import (
-    DATA_LOADERS,
     DISTRIBUTED_SAMPLERS,
     ScopeInfo,
     argument,

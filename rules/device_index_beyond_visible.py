@@ -7,7 +7,7 @@ import libcst as cst
 from dplint.rules.cuda_visible_devices import variable_write
 
 from dplint.analysis.context import FileContext
-from dplint.analysis.facts import DATA_PARALLEL
+from dplint.analysis.torch_api import DATA_PARALLEL
 from dplint.analysis.names import decimal_value, integer_value, iter_calls, iter_small_statements
 from dplint.rule import Invalid, Report, Rule, Valid
 

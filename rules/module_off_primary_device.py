@@ -6,7 +6,8 @@ from typing import Iterator, List, Optional, Sequence, Set
 import libcst as cst
 
 from dplint.analysis.context import FileContext
-from dplint.analysis.facts import DATA_PARALLEL, ProjectFacts
+from dplint.analysis.facts import ProjectFacts
+from dplint.analysis.torch_api import DATA_PARALLEL
 from dplint.analysis.inference import Inference, Scope
 from dplint.analysis.names import decimal_value, descendants, dotted, integer_value, iter_calls
 from dplint.rule import Invalid, Report, Rule, Valid

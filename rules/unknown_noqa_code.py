@@ -5,9 +5,12 @@ from typing import Iterable, List
 
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
+from dplint.codes import CODES_BY_NAME
 from dplint.finding import Finding
 from dplint.rule import Invalid, SuppressionRule, Valid
 from dplint.noqa import DPL_CODE, NoqaDirective, Suppressions
+
+_KNOWN_CODES = frozenset(CODES_BY_NAME.values())
 
 
 class UnknownNoqaCode(SuppressionRule):
@@ -54,11 +57,9 @@ class UnknownNoqaCode(SuppressionRule):
     ]
 
     def check_directives(self, ctx: FileContext, directives: List[NoqaDirective], suppressions: Suppressions) -> Iterable[Finding]:
-        from dplint.rules import BY_CODE
-
         for directive in directives:
             for named in directive.codes:
-                if DPL_CODE.fullmatch(named.text) and named.code not in BY_CODE:
+                if DPL_CODE.fullmatch(named.text) and named.code not in _KNOWN_CODES:
                     yield self.finding(
                         ctx,
                         directive.row,

@@ -4,9 +4,12 @@ import re
 from typing import Iterable, List, Optional, Sequence
 
 from dplint.analysis.context import FileContext
+from dplint.codes import STATIC_CODES
 from dplint.finding import Edit, Finding, Fix, Location
 from dplint.rule import Invalid, SuppressionRule, Valid
 from dplint.noqa import NoqaCode, NoqaDirective, Suppressions
+from dplint.rules.parse_error import ParseError
+from dplint.rules.unknown_noqa_code import UnknownNoqaCode
 
 
 class UnusedNoqa(SuppressionRule):
@@ -67,7 +70,7 @@ class UnusedNoqa(SuppressionRule):
     ]
 
     def check_directives(self, ctx: FileContext, directives: List[NoqaDirective], suppressions: Suppressions) -> Iterable[Finding]:
-        judged = judged_codes() - suppressions.undecided
+        judged = (frozenset(STATIC_CODES) - {self.code, UnknownNoqaCode.code} | {ParseError.code}) - suppressions.undecided
         for directive in directives:
             if directive.file_level:
                 continue
@@ -88,13 +91,6 @@ class UnusedNoqa(SuppressionRule):
                 "Remove the unused code from the comment.",
                 _removal(directive, unused),
             )
-
-
-def judged_codes() -> frozenset:
-    """The codes whose use can be decided from the source: every static check but these noqa rules."""
-    from dplint.rules import CHECKS, ParseError
-
-    return frozenset({ParseError.code} | {rule.code for rule in CHECKS if not issubclass(rule, SuppressionRule)})
 
 
 def _removal(directive: NoqaDirective, unused: Sequence[NoqaCode]) -> Optional[Fix]:

@@ -16,17 +16,10 @@ from dplint.analysis.facts import DistributedProgram, FileFacts, scan_distribute
 from dplint.analysis.names import Body, block_body, child_blocks, dotted, header_expressions, iter_calls, iter_small_statements, names_in
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
-from dplint.analysis.execution import ACCELERATOR_CLASS, DATA_LOADERS, DEEPSPEED_ENGINE
+from dplint.analysis.execution import ACCELERATOR_CLASS, DEEPSPEED_ENGINE
 
 DISTRIBUTED = "torch.distributed"
 DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
-DDP = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"})
-FSDP = frozenset(
-    {
-        "torch.distributed.fsdp.FullyShardedDataParallel",
-        "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
-    }
-)
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
 # torch.distributed's collectives (2.13). All of them return None, or a work handle with async_op=True.
 COLLECTIVE_NAMES = frozenset(

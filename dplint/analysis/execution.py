@@ -36,6 +36,7 @@ from functools import cached_property, lru_cache
 from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dplint.analysis.modules import absolute_module
+from dplint.analysis.torch_api import DISTRIBUTED_DATA_PARALLEL, FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL
 
 # ----- truth per world --------------------------------------------------------------------------------
 
@@ -190,15 +191,9 @@ GROUP_STARTERS = frozenset(
     | {name for name in _FRAMEWORK_CLASSES if name != "deepspeed.initialize"}  # a wrap, below
 )  # fmt: skip
 # Wraps that need a process group: a program that makes one runs in a group, wherever it was started.
-GROUP_WRAPPERS = frozenset(
-    {
-        "torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel",
-        "torch.distributed.fsdp.FullyShardedDataParallel",
-        "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
-        "torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard",
-        "apex.parallel.DistributedDataParallel", "deepspeed.initialize",
-    }
-)  # fmt: skip
+GROUP_WRAPPERS = (
+    DISTRIBUTED_DATA_PARALLEL | FULLY_SHARDED_DATA_PARALLEL | FULLY_SHARD | {"apex.parallel.DistributedDataParallel", "deepspeed.initialize"}
+)
 _BUILTINS = frozenset(dir(builtins))
 # Methods of a module that return the module itself.
 _SAME_MODULE_METHODS = frozenset({"cuda", "cpu", "to", "half", "float", "double", "bfloat16", "train", "eval", "requires_grad_", "share_memory"})
@@ -1532,7 +1527,6 @@ class ExecutionModel:
         """The variable key of each parameter → its function and position."""
         found: Dict[str, Tuple[FunctionId, int]] = {}
         for filename, info in self.files.items():
-            module = info.summary.module
             for name, function in info.functions.items():
                 for index, param in enumerate(function.params):
                     found[self._parameter_prefix((filename, name)) + param] = ((filename, name), index)

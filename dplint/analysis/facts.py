@@ -34,11 +34,13 @@ from typing import (
     Union,
 )
 
+from dplint.analysis import tensor_api
 from dplint.analysis.modules import ModuleIndex, absolute_module
+from dplint.analysis.patterns import GuardedPattern
+from dplint.analysis.torch_api import ATTRIBUTE_WRAPPERS, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, call_returns_tensor
 
 if TYPE_CHECKING:
     from dplint.analysis.execution import ExecutionModel, ExecutionSummary
-from dplint.analysis.patterns import GuardedPattern
 
 # Third-party packages that import torch when imported; importing one counts as importing torch.
 TORCH_LIBRARIES = frozenset(
@@ -48,14 +50,8 @@ TORCH_LIBRARIES = frozenset(
     monai fastai ignite xformers flash_attn vllm bitsandbytes ultralytics trl dgl""".split()
 )
 
-DATA_PARALLEL = frozenset(
-    {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"}
-)
 # `data_parallel(module, inputs, device_ids, output_device, dim=0)`: one wrapped call, scattered and gathered alike.
 FUNCTIONAL_DATA_PARALLEL = frozenset({"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"})
-DISTRIBUTED_DATA_PARALLEL = frozenset(
-    {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"}
-)
 # Methods that return the module they are called on, so `DataParallel(Net().cuda())` still wraps a Net.
 MODULE_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval"})
 
@@ -460,9 +456,6 @@ class _TensorEvidence:
     """Whether an expression is shown to be a tensor, and on which project calls that depends (None: not shown)."""
 
     def __init__(self, aliases: Dict[str, str], module_name: str, functions: Set[str]) -> None:
-        from dplint.analysis import inference  # the torch API tables live with the in-file inference
-
-        self.api = inference
         self.aliases = aliases
         self.module_name = module_name
         self.functions = functions
@@ -510,18 +503,14 @@ class _TensorEvidence:
 
     def _evident(self, node: ast.AST, assignments: Optional[Assignments], visiting: FrozenSet[str]) -> Optional[FrozenSet[str]]:
         """`visiting`: the local names whose values are being read (`x = x.clamp(0, 1)` reads its own)."""
-        api = self.api
         if isinstance(node, ast.Call):
             qualified = self._qualify(node.func, assignments)
             if qualified is not None:
-                module, _, last = qualified.rpartition(".")
-                if (module == "torch" and last in api.TENSOR_FACTORIES) or qualified in api.TENSOR_TYPES:
-                    return frozenset()
-                if module == "torch.nn.functional" and last in api.TENSOR_RETURNING_FUNCTIONAL:
+                if call_returns_tensor(qualified):
                     return frozenset()
                 foreign = is_torch_module(qualified) or qualified.split(".")[0] in sys.stdlib_module_names
                 return None if foreign or "." not in qualified else frozenset({qualified + "()"})
-            if isinstance(node.func, ast.Attribute) and node.func.attr in api.TENSOR_METHODS:
+            if isinstance(node.func, ast.Attribute) and node.func.attr in tensor_api.TENSOR_METHODS:
                 return self._evident(node.func.value, assignments, visiting)
             return None
         if isinstance(node, ast.Name):
@@ -538,7 +527,7 @@ class _TensorEvidence:
         if isinstance(node, ast.Subscript):
             return self._evident(node.value, assignments, visiting)
         if isinstance(node, ast.Attribute):
-            if node.attr in api.TENSOR_ATTRIBUTES:
+            if node.attr in tensor_api.TENSOR_ATTRIBUTES:
                 return self._evident(node.value, assignments, visiting)
             # `config.priors` through `import config`: a module-level name of the project.
             qualified = self._qualify(node, assignments)
@@ -983,13 +972,6 @@ WRAPPER_KEYWORDS: Mapping[str, FrozenSet[str]] = {
         }
     ),
 }  # fmt: skip
-ATTRIBUTE_WRAPPERS = {
-    "torch.nn.DataParallel": "DataParallel",
-    "torch.nn.parallel.DataParallel": "DataParallel",
-    "torch.nn.parallel.data_parallel.DataParallel": "DataParallel",
-    "torch.nn.parallel.DistributedDataParallel": "DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel": "DistributedDataParallel",
-}
 
 
 def _ast_wrapper_of(value: ast.AST, qualify) -> Optional[str]:

@@ -32,6 +32,7 @@ import libcst as cst
 from dplint.analysis.context import FileContext
 from dplint.analysis.execution import DATA_LOADERS
 from dplint.analysis import tensor_api
+from dplint.analysis.torch_api import ATTRIBUTE_WRAPPERS, TENSOR_TYPES, call_returns_tensor
 from dplint.analysis.facts import ProjectCall, Wrap
 from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, descendants, dotted, iter_calls, run_visitor
 
@@ -54,16 +55,6 @@ def join(a: Optional[Kind], b: Optional[Kind]) -> Optional[Kind]:
     return Kind.OTHER
 
 
-# `torch.FloatTensor(3)`: the legacy tensor classes, callable like factories (classes, so not in the stubs' functions).
-LEGACY_TENSOR_CLASSES = frozenset(
-    """Tensor FloatTensor DoubleTensor HalfTensor BFloat16Tensor LongTensor IntTensor ShortTensor ByteTensor
-    CharTensor BoolTensor""".split()
-)
-# The tables generated from torch's stubs (dplint/analysis/tensor_api.py), under the names the analyses use.
-TENSOR_FACTORIES = tensor_api.TORCH_FUNCTIONS | LEGACY_TENSOR_CLASSES
-TENSOR_RETURNING_FUNCTIONAL = tensor_api.FUNCTIONAL_FUNCTIONS
-TENSOR_METHODS = tensor_api.TENSOR_METHODS
-TENSOR_ATTRIBUTES = tensor_api.TENSOR_ATTRIBUTES
 # Tensor methods whose name alone shows a tensor, whatever the receiver was inferred to be: torch's
 # tensor-returning methods that no common non-tensor type defines with other semantics. Left out on
 # purpose: `to`/`cuda`/`cpu`/`float`/`half`/`double`/`requires_grad_` (nn.Module, in place), `clone`/
@@ -76,25 +67,13 @@ TENSOR_ONLY_METHODS = frozenset(
     new_zeros new_ones new_full new_empty new_tensor""".split()
 )
 MODULE_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval", "requires_grad_"})
-WRAPPERS = frozenset(
-    {
-        "torch.nn.DataParallel",
-        "torch.nn.parallel.DataParallel",
-        "torch.nn.parallel.DistributedDataParallel",
-        "torch.nn.parallel.data_parallel.DataParallel",
-        "torch.nn.parallel.distributed.DistributedDataParallel",
-    }
-)
-# `Variable(x)` has returned a plain tensor since torch 0.4.
-TENSOR_TYPES = frozenset(
-    {"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.autograd.Variable", "torch.autograd.variable.Variable"}
-)
+
 
 
 def is_module_class_name(qualified: str) -> bool:
     """`torch.nn.Linear`, `torchvision.models.resnet18`: constructors that build an nn.Module."""
     head, _, last = qualified.rpartition(".")
-    if qualified in WRAPPERS or qualified.startswith("torchvision.models."):
+    if qualified in ATTRIBUTE_WRAPPERS or qualified.startswith("torchvision.models."):
         return True
     return head in ("torch.nn", "torch.nn.modules") and last[:1].isupper() and "Parameter" not in last
 
@@ -113,9 +92,6 @@ EXITS = frozenset({"sys.exit", "os._exit"})
 TRANSPARENT_DECORATORS = frozenset({"property", "staticmethod", "classmethod", "no_grad", "inference_mode", "enable_grad", "lru_cache", "cache"})
 # Decorators that call the function with the arguments it was given.
 ARGUMENT_KEEPING_DECORATORS = frozenset({"no_grad", "inference_mode", "enable_grad", "lru_cache", "cache"})
-# Torch functions and tensor methods that return a tuple or list of tensors.
-TENSOR_SEQUENCE_FUNCTIONS = tensor_api.TORCH_FUNCTIONS_SEQUENCE
-TENSOR_SEQUENCE_METHODS = tensor_api.TENSOR_METHODS_SEQUENCE
 
 
 @dataclass(eq=False)
@@ -670,7 +646,7 @@ class Inference:
         base = expr.value
         if isinstance(base, cst.Name) and scope.self_name is not None and base.value == scope.self_name:
             return self._self_attribute_kind(expr.attr.value, scope)
-        if expr.attr.value in TENSOR_ATTRIBUTES:
+        if expr.attr.value in tensor_api.TENSOR_ATTRIBUTES:
             return _tensor_if(self._kind(base, scope))
         qualified = self.ctx.qualify(expr)  # `config.priors`: a tensor assigned in another module of the project
         return Kind.TENSOR if qualified is not None and self.ctx.project.is_tensor(qualified) else Kind.OTHER
@@ -772,16 +748,12 @@ class Inference:
         qualified = self.ctx.qualify(func)
         if qualified is not None:
             module, _, last = qualified.rpartition(".")
-            if module == "torch" and last in TENSOR_FACTORIES:
+            if call_returns_tensor(qualified):
                 return Kind.TENSOR
-            if module == "torch" and last in TENSOR_SEQUENCE_FUNCTIONS:
+            if module == "torch" and last in tensor_api.TORCH_FUNCTIONS_SEQUENCE:
                 return Kind.TENSOR_LIST
-            if module == "torch.nn.functional" and last in TENSOR_RETURNING_FUNCTIONAL:
-                return Kind.TENSOR
             if module == "torch.nn.functional" and last in tensor_api.FUNCTIONAL_FUNCTIONS_SEQUENCE:
                 return Kind.TENSOR_LIST
-            if qualified in TENSOR_TYPES:
-                return Kind.TENSOR
             if qualified in DATA_LOADERS:
                 return Kind.OTHER if any(_keyword(arg) == "collate_fn" for arg in call.args) else Kind.LOADER
             if is_module_class_name(qualified):
@@ -794,11 +766,11 @@ class Inference:
                 if own is not None:  # `self._init_hidden()`: what the class's own method returns
                     return self._returns_kind(*own)
             receiver = self._kind(func.value, scope)
-            if receiver is Kind.TENSOR and method in TENSOR_METHODS:
+            if receiver is Kind.TENSOR and method in tensor_api.TENSOR_METHODS:
                 return Kind.TENSOR
             if method in TENSOR_ONLY_METHODS and receiver is not Kind.MODULE:
                 return Kind.TENSOR
-            if receiver is Kind.TENSOR and method in TENSOR_SEQUENCE_METHODS:
+            if receiver is Kind.TENSOR and method in tensor_api.TENSOR_METHODS_SEQUENCE:
                 return Kind.TENSOR_LIST
             if receiver is Kind.MODULE and method in MODULE_METHODS:
                 return Kind.MODULE

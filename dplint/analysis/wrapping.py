@@ -21,17 +21,17 @@ from typing import Callable, Dict, FrozenSet, Generator, Iterable, Iterator, Lis
 
 import libcst as cst
 
-from dplint.analysis.ddp import FSDP, ScopeInfo
-from dplint.analysis.facts import ATTRIBUTE_WRAPPERS, MODULE_RETURNING_METHODS, WRAPPER_KEYWORDS
+from dplint.analysis.ddp import ScopeInfo
+from dplint.analysis.facts import MODULE_RETURNING_METHODS, WRAPPER_KEYWORDS
 from dplint.analysis.inference import Inference
+from dplint.analysis.torch_api import ATTRIBUTE_WRAPPERS, FULLY_SHARDED_DATA_PARALLEL
 from dplint.analysis.names import Body, block_body, child_blocks, descendants, dotted, iter_calls, iter_small_statements, run_visitor
 from dplint.analysis.context import FileContext
 
 # FSDP is not among them: its `state_dict()` keys are the inner module's (checked on torch 2.13), and
 # its `__getattr__` forwards to the wrapped module. `wrapped_names` follows it with its own flow.
-WRAPPER_CLASSES = ATTRIBUTE_WRAPPERS
 DDP_CLASSES = {name: wrapper for name, wrapper in ATTRIBUTE_WRAPPERS.items() if wrapper == "DistributedDataParallel"}
-FSDP_CLASSES = {name: "FullyShardedDataParallel" for name in FSDP}
+FSDP_CLASSES = {name: "FullyShardedDataParallel" for name in FULLY_SHARDED_DATA_PARALLEL}
 
 # A branch condition on the path: its source text and which branch (True: the `if` body).
 CONDITION_QUOTED = 40
@@ -84,7 +84,7 @@ class Point:
     path: Tuple[Condition, ...] = ()
 
 
-def wrap_call(ctx: FileContext, value: cst.BaseExpression, classes: Mapping[str, str] = WRAPPER_CLASSES) -> Optional[str]:
+def wrap_call(ctx: FileContext, value: cst.BaseExpression, classes: Mapping[str, str] = ATTRIBUTE_WRAPPERS) -> Optional[str]:
     """The wrapper class `value` builds (through `.cuda()`, `.to(device)` chained on it), else None."""
     built = _built_wrapper(ctx, value, classes)
     return built[0] if built is not None else None
@@ -197,7 +197,7 @@ class _HandledFinder(cst.CSTVisitor):
 class WrapFlow:
     """Walks one function (or the module) body and yields a `Point` per reachable small statement."""
 
-    def __init__(self, ctx: FileContext, classes: Mapping[str, str] = WRAPPER_CLASSES) -> None:
+    def __init__(self, ctx: FileContext, classes: Mapping[str, str] = ATTRIBUTE_WRAPPERS) -> None:
         self.ctx = ctx
         self.classes = classes
 
@@ -327,7 +327,7 @@ class WrapFlow:
     def _names_wrapper_class(self, expr: cst.BaseExpression) -> bool:
         """`nn.DataParallel`, or a name ending in `DataParallel` that a star import hides: read only to
         silence, so the name is enough."""
-        return self.ctx.qualify(expr) in WRAPPER_CLASSES or (dotted(expr) or "").endswith("DataParallel")
+        return self.ctx.qualify(expr) in ATTRIBUTE_WRAPPERS or (dotted(expr) or "").endswith("DataParallel")
 
     def _condition(self, test: cst.BaseExpression) -> Condition:
         """A test as (text, whether it holds): `not c` is `c` not holding."""

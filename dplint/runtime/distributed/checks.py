@@ -30,7 +30,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 from dplint.finding import display_path
 from dplint.runtime.distributed.channel import Channel, frame_spot, guard_site, site_of, user_site
 from dplint.runtime.distributed.errors import DistributedPitfall, PeerFailed, SetupError
-from dplint.runtime.distributed.launcher import ALL_CHECKS
+from dplint.run_options import ALL_CHECKS
 from dplint.runtime import devices
 from dplint.runtime.origins import user_code
 
