@@ -6,7 +6,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from dplint.analysis.names import Body, block_body, child_blocks, dotted, iter_calls
+from dplint.analysis.names import Body, block_body, child_blocks, dotted
 from dplint.analysis.context import FileContext
 from dplint.analysis.outline import Outline
 from dplint.rule import Invalid, Report, Rule, Valid
@@ -19,13 +19,11 @@ from dplint.analysis.ddp import (
     CHECKPOINT_COLLECTIVES,
     GATHERING_TENSOR_METHODS,
     STATE_DICT_COLLECTIVES,
-    ACCELERATE_SHARDING_KEYWORDS,
-    ACCELERATE_SHARDING_PLUGINS,
     FRAMEWORK_COLLECTIVES,
     FRAMEWORK_METHODS,
     SHARDED_ACCELERATE_COLLECTIVES,
     FSDP_COLLECTIVE_METHODS,
-    is_literal,
+    shards_through_accelerate,
     on_a_subgroup,
     ScopeInfo,
     collective_calls,
@@ -35,11 +33,9 @@ from dplint.analysis.ddp import (
     passed_parameters,
     scope_calls,
 )
-from dplint.analysis.execution import ACCELERATOR_CLASS, builders_of
+from dplint.analysis.execution import ACCELERATOR_CLASS
 from dplint.analysis.torch_api import FULLY_SHARDED_DATA_PARALLEL
 from dplint.analysis.wrapping import FSDP_CLASSES, wrapped_names
-
-_ACCELERATOR_BUILDERS = builders_of(ACCELERATOR_CLASS)
 
 
 @dataclass(frozen=True)
@@ -117,27 +113,9 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
         held = ctx.object_class(call.func.value) or ""
         if call.func.attr.value in FRAMEWORK_COLLECTIVES.get(held, ()):
             return [Collective(f"`{ctx.code(call.func)}()`", call)]
-        if held == ACCELERATOR_CLASS and call.func.attr.value in SHARDED_ACCELERATE_COLLECTIVES and _shards_through_accelerate(ctx):
+        if held == ACCELERATOR_CLASS and call.func.attr.value in SHARDED_ACCELERATE_COLLECTIVES and shards_through_accelerate(ctx):
             return [Collective(f"`{ctx.code(call.func)}()` (under DeepSpeed or FSDP)", call)]
     return []
-
-
-def _shards_through_accelerate(ctx: FileContext) -> bool:
-    """Whether the file sets up DeepSpeed or FSDP for its Accelerator: it builds one of their plugins, or
-    passes a value other than None to `Accelerator(deepspeed_plugin=...)` (another script of the
-    project may train without them)."""
-
-    def shards(call: cst.Call) -> bool:
-        qualified = ctx.qualify(call.func)
-        if qualified in ACCELERATE_SHARDING_PLUGINS:
-            return True
-        return qualified in _ACCELERATOR_BUILDERS and any(
-            argument.keyword is not None and argument.keyword.value in ACCELERATE_SHARDING_KEYWORDS and not is_literal(argument.value, None)
-            for argument in call.args
-        )
-
-    return ctx.memo("dpl507-accelerate-shards", lambda: any(shards(call) for call in iter_calls(ctx.module)))
-
 
 
 def collectives_of(ctx: FileContext, callees: _Callees, scope: ScopeInfo, block: Body) -> List[Collective]:

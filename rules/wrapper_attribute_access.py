@@ -8,7 +8,7 @@ import libcst as cst
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.inference import Inference
 from dplint.analysis.names import run_visitor
-from dplint.analysis.wrapping import WrapSite, describe, handled_names, holder, scopes
+from dplint.analysis.wrapping import WrapSite, describe, handled_names, holder, may_prepare_models, preparer, scopes, unwrapped
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
@@ -53,12 +53,18 @@ class WrapperAttributeAccess(Rule):
     into objects (`trainer.model.fc` after `trainer = Trainer(net)` whose `__init__` wraps
     `self.model`), out of lists of wrappers (`self.heads[i].fc`, `for head in self.heads:`), and into
     a parameter of a top-level function to which every call in the project passes a wrapper
-    (`def evaluate(model)` called as `evaluate(nn.DataParallel(net))`). `nn.Module` methods and the wrappers' own
+    (`def evaluate(model)` called as `evaluate(nn.DataParallel(net))`). A module that Accelerate's
+    `accelerator.prepare` (or `prepare_model`) hands back counts as a DDP wrapper, which it is when the
+    script runs in several processes (`model, opt = accelerator.prepare(model, opt)`), where the file
+    builds that Accelerator with neither DeepSpeed nor FSDP (whose engines forward attribute reads to
+    the model) and does not freeze the model (Accelerate leaves a model with nothing to train, or one
+    prepared with `evaluation_mode=True`, unwrapped). `nn.Module` methods and the wrappers' own
     attributes (`train`, `parameters`, `state_dict`, `to`, `device_ids`, `module`, `no_sync`, …) are
     fine, and so is code that tells the cases apart: `hasattr(m, "module")`, `isinstance(m, ...)`,
     `getattr(m, "module", m)`, `m.module if ... else m`, or the other branch of the wrap's condition.
     A wrap that cannot succeed makes no wrapper: a keyword the wrapper does not take, or an object of a
-    project class that is no `nn.Module` (`DDP(FixMatch(net))`, whose network is `.model`).
+    project class that is no `nn.Module` (`DDP(FixMatch(net))`, whose network is `.model`). Accelerate's
+    `accelerator.unwrap_model(model)` gives the plain model back, prepared or not.
 
     ## Why is this bad?
     The wrapper holds the model as `model.module`; it does not forward attribute lookups. Reading
@@ -97,7 +103,10 @@ class WrapperAttributeAccess(Rule):
     method that only `__init__` calls before it wraps (when the file calls it nowhere else).
     A function that returns a wrapper only under a test of its own parameters (`create_model(opt)`
     wrapping `if opt.isTrain:`) leaves the wrap to each caller's argument, which is not evaluated:
-    its calls are not taken to hold a wrapper.
+    its calls are not taken to hold a wrapper. A prepared object counts only where the file shows it
+    is a module (a `torch.nn` or torchvision constructor, an `nn.Module` class of the file): a model
+    loaded by a library (`AutoModel.from_pretrained(...)`) or built by a class of another file is not
+    followed, nor is an Accelerator built in another file (its plugins are not read there).
     """
 
     code = "DPL302"
@@ -252,6 +261,29 @@ class WrapperAttributeAccess(Rule):
             crnn.encode(x)
             """
         ),
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model = torch.nn.Transformer()
+            optimizer = torch.optim.AdamW(model.parameters())
+            model, optimizer = accelerator.prepare(model, optimizer)
+            model.train()
+            optimizer.zero_grad()  # the prepared optimizer: no module
+            memory = accelerator.unwrap_model(model).encoder(src)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+            from accelerate.utils import DeepSpeedPlugin
+            accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+            model = accelerator.prepare(torch.nn.Transformer())
+            memory = model.encoder(src)  # DeepSpeed's engine forwards it to the model
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -361,6 +393,18 @@ class WrapperAttributeAccess(Rule):
             """,
             line=12,
         ),
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model = torch.nn.Transformer()
+            optimizer = torch.optim.AdamW(model.parameters())
+            model, optimizer = accelerator.prepare(model, optimizer)
+            memory = model.encoder(src)  # a DDP wrapper under `accelerate launch` on several GPUs
+            """,
+            line=7,
+        ),
     ]
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
@@ -368,6 +412,7 @@ class WrapperAttributeAccess(Rule):
         base trainer's `self.<attr>` wrap."""
         return (
             _WRAP_ASSIGNMENT.search(text) is not None
+            or may_prepare_models(text)
             or any(project.attribute_wraps.get(name) for name in module_classes)
             or any(f"{name}(" in text for name in project.wrap_makers)
             or any(f"def {name}(" in text for name in project.wrapper_receivers)
@@ -415,10 +460,15 @@ class WrapperAttributeAccess(Rule):
             if unconditional:
                 inner = f"{ctx.code(attribute.value)}.module"
                 fix = FixSpec(f"Use `{shown}.module.{name}`", (NodeEdit(attribute.value, inner),), applicability="unsafe")
+            plain = unwrapped(wrapped[owner], shown)
+            if preparer(wrapped[owner]) is not None:
+                help = f"Use `{plain}.{name}`."  # the model itself, in a run where `prepare` wrapped nothing
+            else:
+                help = f"Use `{shown}.module.{name}`, or `{plain}.{name}` where the wrap is conditional."
             yield Report(
                 node=attribute,
                 message=message,
-                help=f"Use `{shown}.module.{name}`, or `getattr({shown}, \"module\", {shown}).{name}` where the wrap is conditional.",
+                help=help,
                 statement=small,
                 fix=fix,
             )

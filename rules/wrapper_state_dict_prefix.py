@@ -9,7 +9,7 @@ import libcst as cst
 
 from dplint.analysis.facts import CheckpointLoad, ProjectFacts
 from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, dotted, iter_calls, names_in, run_visitor, signed_integer_value
-from dplint.analysis.wrapping import Point, WrapFlow, WrapSite, describe, handled_names, holder, scopes
+from dplint.analysis.wrapping import Point, WrapFlow, WrapSite, describe, handled_names, holder, may_prepare_models, scopes, unwrapped
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
 from dplint.finding import FileReference
@@ -56,7 +56,9 @@ class WrapperStateDictPrefix(Rule):
     `__init__` (`trainer.model.state_dict()`), an element of a list of wrappers, and a parameter of a
     top-level function to which every call in the project passes a wrapper (`train(model, loader)` in
     `engine.py`, called as `train(nn.DataParallel(net), loader)` from `main.py`), and a module-level
-    wrapper that a top-level function reads, where the module's own statements are its only callers. Also checks for
+    wrapper that a top-level function reads, where the module's own statements are its only callers, and a
+    module that `accelerator.prepare` hands back, a DDP wrapper in a run of several processes (as DPL302
+    follows it: `accelerator.save(model.state_dict(), path)`). Also checks for
     the `module.` prefix stripped by hand: `k[7:]`, `k[len("module."):]`, `k.replace("module.", "")`
     (or `str.replace(k, "module.", "")`), `k.split("module.", 1)[-1]`, `k.lstrip("module.")`,
     `".".join(k.split(".")[1:])` over a checkpoint's keys, in loops or dict comprehensions, and
@@ -132,6 +134,7 @@ class WrapperStateDictPrefix(Rule):
             return False
         return (
             _WRAP_CALL.search(text) is not None
+            or may_prepare_models(text)
             or any(project.attribute_wraps.get(name) for name in module_classes)
             or any(f"{name}(" in text for name in project.wrap_makers)
             or any(f"def {name}(" in text for name in project.wrapper_receivers)
@@ -442,7 +445,7 @@ class _Save:
         wrapper, where, unconditional = describe(self.sites, ctx)
         saves = "saves" if unconditional else "may save"
         shown = ctx.short_code(self.call.func.value, 30) if self.owner.endswith("[]") else self.owner
-        plain = f'getattr({shown}, "module", {shown})'
+        plain = unwrapped(self.sites, shown)
         help = (
             f"Save `{plain}.state_dict()`, the plain model's keys, and load such checkpoints into `{plain}`: "
             "without the prefix they no longer load into the wrapper."
@@ -450,8 +453,8 @@ class _Save:
         fix = None
         receiver = dotted(self.call.func.value)  # a name, which the fix reads twice: no call, no subscript
         if receiver is not None:
-            unwrapped = f'getattr({receiver}, "module", {receiver})'
-            fix = FixSpec(f"Save `{unwrapped}.state_dict()`", (NodeEdit(self.call.func.value, unwrapped),), "unsafe")
+            bare = f'getattr({receiver}, "module", {receiver})'
+            fix = FixSpec(f"Save `{bare}.state_dict()`", (NodeEdit(self.call.func.value, bare),), "unsafe")
         if self.breaking is None:
             message = f"`{shown}.state_dict()` {saves} `module.` keys ({wrapper} on {where})."
             return Report(node=self.call, message=message, help=help, statement=self.statement, fix=fix)
@@ -478,7 +481,8 @@ def wrapper_saves(ctx: FileContext) -> List[_Save]:
 
 def _wrapper_saves(ctx: FileContext) -> Iterator[_Save]:
     makers = (f"{name}(" for name in ctx.project.wrap_makers | ctx.project.wrapper_receivers)
-    if not (any(wrap_text in ctx.source for wrap_text in ("DataParallel", "DDP", "self.")) or any(m in ctx.source for m in makers)):
+    wraps_here = any(wrap_text in ctx.source for wrap_text in ("DataParallel", "DDP", "self.")) or may_prepare_models(ctx.source)
+    if not (wraps_here or any(m in ctx.source for m in makers)):
         return
     for points in scopes(ctx):
         for call, owner, sites, statement in _saves(ctx, points):
@@ -602,6 +606,17 @@ class WrapperStateDictSaved(Rule):
             demo.load_state_dict(torch.load("ckpt.pt"))  # a load that breaks: DPL303 reports the save
             """
         ),
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, optimizer = accelerator.prepare(torch.nn.Linear(8, 1), optimizer)
+            accelerator.save(accelerator.get_state_dict(model), "model.pt")
+            accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pt")
+            accelerator.save(optimizer.state_dict(), "optimizer.pt")  # no module
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -640,6 +655,16 @@ class WrapperStateDictSaved(Rule):
                 torch.save(model.state_dict(), args.out)
             """,
             line=7,
+        ),
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, optimizer = accelerator.prepare(torch.nn.Linear(8, 1), optimizer)
+            accelerator.save(model.state_dict(), "model.pt")  # `module.` keys under `accelerate launch`
+            """,
+            line=5,
         ),
     ]
 

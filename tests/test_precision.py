@@ -837,6 +837,173 @@ def test_wrapper_attribute_message_names_the_wrap_line_and_condition():
     )
 
 
+# Accelerate: `accelerator.prepare` hands a module back wrapped in DDP when the script runs in several
+# processes (accelerate 1.15's `prepare_model`); a model `Net` of the file, an optimizer beside it.
+ACCELERATE_HEAD = """\
+import torch
+import torch.nn as nn
+from accelerate import Accelerator
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def embed(self, x):
+        return self.fc(x)
+
+"""
+
+DPL302_ACCELERATE_CASES = {
+    "a prepared model read in its function, an optimizer prepared with it is no module": (
+        """
+        def main(loader):
+            accelerator = Accelerator()
+            model = Net()
+            optimizer = torch.optim.AdamW(model.parameters())
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for x in loader:
+                accelerator.backward(model(x).sum())
+                optimizer.step()
+            return model.embed(x)
+        """,
+        [(22, "DPL302")],
+    ),
+    "a trainer's `self.model` prepared in `__init__` and read in another method": (
+        """
+        class Trainer:
+            def __init__(self):
+                self.accelerator = Accelerator(mixed_precision="fp16")
+                self.model = Net()
+                self.optimizer = torch.optim.AdamW(self.model.parameters())
+                self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
+
+            def evaluate(self, x):
+                self.model.eval()
+                self.optimizer.zero_grad()
+                return self.model.embed(x)
+        """,
+        [(24, "DPL302")],
+    ),
+    "`prepare_model` wraps too": (
+        """
+        accelerator = Accelerator()
+        model = accelerator.prepare_model(Net())
+        model.fc.reset_parameters()
+        """,
+        [(16, "DPL302")],
+    ),
+    "unwrapped by the Accelerator, or by getattr": (
+        """
+        accelerator = Accelerator()
+        model = accelerator.prepare(Net())
+        accelerator.unwrap_model(model).embed(x)
+        plain = accelerator.unwrap_model(model)
+        plain.embed(x)
+        getattr(model, "module", model).embed(x)
+        model = accelerator.unwrap_model(model)
+        model.embed(x)
+        """,
+        [],
+    ),
+    "the wrapper's own attributes, and `.module` itself": (
+        """
+        accelerator = Accelerator()
+        model = accelerator.prepare(Net())
+        model.train()
+        params = list(model.parameters())
+        with model.no_sync():
+            print(model.training, model.device, model.module.fc)
+        torch.save(model.state_dict(), "m.pt")
+        """,
+        [],
+    ),
+    "a DeepSpeed plugin: the engine forwards attribute reads to the model": (
+        """
+        from accelerate.utils import DeepSpeedPlugin
+        accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2, gradient_accumulation_steps=1))
+        model = accelerator.prepare(Net())
+        model.embed(x)
+        """,
+        [],
+    ),
+    "an FSDP plugin: FSDP forwards attribute reads to the model": (
+        """
+        from accelerate import FullyShardedDataParallelPlugin
+        plugin = FullyShardedDataParallelPlugin()
+        accelerator = Accelerator(fsdp_plugin=plugin)
+        model = accelerator.prepare(Net())
+        model.embed(x)
+        """,
+        [],
+    ),
+    "a frozen model, and one prepared for evaluation only, are not wrapped": (
+        """
+        accelerator = Accelerator()
+        teacher = Net()
+        teacher.requires_grad_(False)
+        teacher = accelerator.prepare(teacher)
+        teacher.embed(x)
+        ema = accelerator.prepare_model(Net(), evaluation_mode=True)
+        ema.embed(x)
+        """,
+        [],
+    ),
+    "what the file does not show is a module, and an Accelerator built elsewhere, stay unknown": (
+        """
+        from transformers import AutoModel
+
+        def main(accelerator, net):
+            net = accelerator.prepare(net)
+            net.embed(x)
+
+        accelerator = Accelerator()
+        model = accelerator.prepare(AutoModel.from_pretrained("bert-base-uncased"))
+        model.generate(x)
+        """,
+        [],
+    ),
+    "an object with a `prepare` method that is no Accelerator": (
+        """
+        model = processor.prepare(Net())
+        model.embed(x)
+        """,
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", DPL302_ACCELERATE_CASES.values(), ids=DPL302_ACCELERATE_CASES.keys())
+def test_wrapper_attribute_access_on_a_prepared_model(source, expected):
+    assert findings(ACCELERATE_HEAD + textwrap.dedent(source).lstrip("\n"), ["DPL302"]) == expected
+
+
+def test_a_prepared_model_s_message_and_help_name_the_accelerator():
+    source = ACCELERATE_HEAD + "accelerator = Accelerator()\nmodel, opt = accelerator.prepare(Net(), opt)\nmodel.embed(x)\n"
+    [finding] = lint_source(source, "case.py", select=["DPL302"])
+    assert finding.message == "`model` may be the DistributedDataParallel wrapper (`accelerator.prepare()`, line 15), which has no `embed`."
+    assert finding.help == "Use `accelerator.unwrap_model(model).embed`."
+    assert finding.fix is None  # `model.module` raises in a run of one process, where nothing is wrapped
+
+
+def test_a_prepared_model_s_state_dict_saved_has_the_prefix():
+    source = ACCELERATE_HEAD + textwrap.dedent(
+        """
+        accelerator = Accelerator()
+        model, optimizer = accelerator.prepare(Net(), optimizer)
+        accelerator.save(model.state_dict(), "model.pt")
+        accelerator.save(optimizer.state_dict(), "optimizer.pt")
+        accelerator.save(accelerator.get_state_dict(model), "model.pt")
+        torch.save(accelerator.unwrap_model(model).state_dict(), "model.pt")
+        accelerator.save_model(model, "out")
+        """
+    ).lstrip("\n")
+    [finding] = lint_source(source, "case.py", select=["DPL312"])
+    assert (finding.location.row, finding.code) == (16, "DPL312")
+    assert finding.help.startswith("Save `accelerator.unwrap_model(model).state_dict()`, the plain model's keys")
+
+
 DPL303_CASES = {
     "the state_dict call is reported, not torch.save, also through a variable and a dict": (
         """

@@ -244,3 +244,43 @@ def test_a_function_a_package_re_exports_is_not_followed(tmp_path):
     assert codes(dplint("--no-cache", "--select", "DPL303,DPL312", ".", cwd=tmp_path)) == []
     write(tmp_path, "cls/__init__.py", "")
     assert codes(dplint("--no-cache", "--select", "DPL303,DPL312", ".", cwd=tmp_path)) == ["cls/engine.py:7:16 DPL312"]
+
+
+ACCELERATE_TRAIN = """import torch
+from accelerate import Accelerator{plugin_import}
+
+
+def main():
+    accelerator = Accelerator({plugin})
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.AdamW(model.parameters())
+    model, optimizer = accelerator.prepare(model, optimizer)
+    if accelerator.is_main_process:
+        accelerator.save({saved}, "model.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+ACCELERATE_DEMO = """import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+model.load_state_dict(torch.load("model.pt", map_location="cpu"))
+"""
+
+
+@pytest.mark.parametrize(
+    "plugin_import, plugin, saved, expected",
+    [
+        ("", "", "model.state_dict()", ["train.py:11:26 DPL303"]),  # a DDP wrapper's keys, loaded into a bare model
+        ("", "", "accelerator.get_state_dict(model)", []),
+        ("", "", "accelerator.unwrap_model(model).state_dict()", []),
+        ("\nfrom accelerate.utils import DeepSpeedPlugin", "deepspeed_plugin=DeepSpeedPlugin(zero_stage=2)", "model.state_dict()", []),
+    ],
+)
+def test_a_prepared_model_s_state_dict_breaks_a_bare_model_s_load(tmp_path, plugin_import, plugin, saved, expected):
+    write(tmp_path, "pyproject.toml", "[project]\nname = 'acc'\n")
+    write(tmp_path, "train.py", ACCELERATE_TRAIN.format(plugin_import=plugin_import, plugin=plugin, saved=saved))
+    write(tmp_path, "demo.py", ACCELERATE_DEMO)
+    result = dplint("--no-cache", "--preview", "--select", "DPL303,DPL312", ".", cwd=tmp_path)
+    assert codes(result) == expected, result.stdout

@@ -16,7 +16,7 @@ from dplint.analysis.facts import DistributedProgram, FileFacts, scan_distribute
 from dplint.analysis.names import Body, block_body, child_blocks, dotted, header_expressions, iter_calls, iter_small_statements, names_in
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
-from dplint.analysis.execution import ACCELERATOR_CLASS, DEEPSPEED_ENGINE
+from dplint.analysis.execution import ACCELERATOR_CLASS, DEEPSPEED_ENGINE, builders_of
 
 DISTRIBUTED = "torch.distributed"
 DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
@@ -57,6 +57,9 @@ ACCELERATE_SHARDING_PLUGINS = frozenset(
     for name in ("DeepSpeedPlugin", "FullyShardedDataParallelPlugin")
 )
 ACCELERATE_SHARDING_KEYWORDS = frozenset({"deepspeed_plugin", "deepspeed_plugins", "fsdp_plugin"})
+ACCELERATOR_BUILDERS = builders_of(ACCELERATOR_CLASS)
+# The Accelerator's methods that hand back the objects they are given, prepared, in order.
+PREPARE_METHODS = frozenset({"prepare", "prepare_model"})
 # The frameworks' collective methods by name alone: a first test of a call, before its receiver's value is read.
 FRAMEWORK_METHODS = frozenset().union(*FRAMEWORK_COLLECTIVES.values(), SHARDED_ACCELERATE_COLLECTIVES)
 # A file that calls one of these methods by name (a prefilter: the receiver is read later).
@@ -218,6 +221,43 @@ def is_literal(expr: Optional[cst.BaseExpression], value: object) -> bool:
     if value is None or isinstance(value, bool):
         return isinstance(expr, cst.Name) and expr.value == str(value)
     return False
+
+
+def prepared_arguments(ctx: FileContext, call: cst.Call) -> Optional[Tuple[cst.BaseExpression, ...]]:
+    """What `accelerator.prepare(model, optimizer, ...)` hands back, in order: the objects it is given,
+    each prepared (`prepare_model(model)`: its model). None for any other call, and where the objects
+    cannot be lined up with what comes back (`prepare(*objects)`)."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or func.attr.value not in PREPARE_METHODS or any(arg.star for arg in call.args):
+        return None
+    if ctx.object_class(func.value) != ACCELERATOR_CLASS:
+        return None
+    positional = tuple(arg.value for arg in call.args if arg.keyword is None)
+    if func.attr.value == "prepare":
+        return positional
+    model = positional[:1] or tuple(arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "model")
+    return model or None
+
+
+def accelerator_builds(ctx: FileContext) -> List[cst.Call]:
+    """The file's calls that build an Accelerator."""
+    return ctx.memo("accelerator-builds", lambda: [call for call in iter_calls(ctx.module) if ctx.qualify(call.func) in ACCELERATOR_BUILDERS])
+
+
+def shards_through_accelerate(ctx: FileContext) -> bool:
+    """Whether the file sets up DeepSpeed or FSDP for its Accelerator: it builds one of their plugins, or
+    passes a value other than None to `Accelerator(deepspeed_plugin=...)` (another script of the
+    project may train without them)."""
+
+    def shards() -> bool:
+        plugins = any(ctx.qualify(call.func) in ACCELERATE_SHARDING_PLUGINS for call in iter_calls(ctx.module))
+        return plugins or any(
+            argument.keyword is not None and argument.keyword.value in ACCELERATE_SHARDING_KEYWORDS and not is_literal(argument.value, None)
+            for call in accelerator_builds(ctx)
+            for argument in call.args
+        )
+
+    return ctx.memo("accelerate-shards", shards)
 
 
 # ----- the statements of a scope --------------------------------------------------------------------

@@ -30,6 +30,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence
 import libcst as cst
 
 from dplint.analysis.context import FileContext
+from dplint.analysis.ddp import prepared_arguments
 from dplint.analysis.execution import DATA_LOADERS
 from dplint.analysis import tensor_api
 from dplint.analysis.torch_api import ATTRIBUTE_WRAPPERS, TENSOR_TYPES, call_returns_tensor
@@ -609,6 +610,9 @@ class Inference:
         if binding.loop_iter is not None:
             return _at_path(self._element_shape(binding.loop_iter, scope), binding.loop_path)
         if binding.unpacked is not None:
+            handed = self._handed_back(binding.unpacked)
+            if handed is not None and len(binding.loop_path) == 1:
+                return self._prepared_kind(handed, binding.loop_path[0], scope)
             return _at_path(self._element_shape(binding.unpacked, scope, unpacking=True), binding.loop_path)
         if binding.parameter is not None:
             return self._parameter_kind(*binding.parameter)
@@ -745,6 +749,9 @@ class Inference:
         func = call.func
         if _returns_pt_tensors(call):
             return Kind.TENSOR_DICT
+        handed = self._handed_back(call)
+        if handed is not None:
+            return self._prepared_kind(handed, 0, scope) if len(handed) == 1 else Kind.OTHER
         qualified = self.ctx.qualify(func)
         if qualified is not None:
             module, _, last = qualified.rpartition(".")
@@ -787,6 +794,18 @@ class Inference:
             if bindings is not None and len(bindings) == 1 and len(functions) == 1:
                 return self._returns_kind(*functions[0])
         return Kind.OTHER
+
+    def _handed_back(self, value: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpression, ...]]:
+        """The objects `accelerator.prepare(...)` is given, which it hands back in order."""
+        return prepared_arguments(self.ctx, value) if isinstance(value, cst.Call) else None
+
+    def _prepared_kind(self, handed: Sequence[cst.BaseExpression], index: int, scope: Scope) -> Optional[Kind]:
+        """What Accelerate's `prepare` hands back for the object at `index`: a module stays one (its DDP
+        wrapper is one too); an optimizer, loader or scheduler comes back as Accelerate's own wrapper."""
+        if index >= len(handed):
+            return Kind.OTHER
+        kind = self._kind(handed[index], scope)
+        return kind if kind in (None, Kind.MODULE) else Kind.OTHER
 
     def _returns_kind(self, function: cst.FunctionDef, scope: Scope) -> Optional[Kind]:
         """What a function of this file returns: a tensor when every `return` that can run returns one."""

@@ -9,8 +9,9 @@ that reaches `m.module`) is marked as handled for that name.
 
 A wrap is seen however it reaches a name: a wrap call, a project function that returns one
 (`model = build_model(args)`), a container whose every element is one (`heads = [DataParallel(h) for h
-in hs]`, held as `heads[]`), or an object whose class wraps `self.<attr>` in `__init__` (`trainer =
-Trainer(net)` holds `trainer.model`).
+in hs]`, held as `heads[]`), an object whose class wraps `self.<attr>` in `__init__` (`trainer =
+Trainer(net)` holds `trainer.model`), or a module that Accelerate's `accelerator.prepare` hands back
+(`model, opt = accelerator.prepare(model, opt)`: DDP when the script runs in several processes).
 """
 
 from __future__ import annotations
@@ -21,17 +22,26 @@ from typing import Callable, Dict, FrozenSet, Generator, Iterable, Iterator, Lis
 
 import libcst as cst
 
-from dplint.analysis.ddp import ScopeInfo
+from dplint.analysis.ddp import ScopeInfo, accelerator_builds, is_literal, prepared_arguments, shards_through_accelerate
 from dplint.analysis.facts import MODULE_RETURNING_METHODS, WRAPPER_KEYWORDS
-from dplint.analysis.inference import Inference
+from dplint.analysis.inference import Inference, Kind
 from dplint.analysis.torch_api import ATTRIBUTE_WRAPPERS, FULLY_SHARDED_DATA_PARALLEL
 from dplint.analysis.names import Body, block_body, child_blocks, descendants, dotted, iter_calls, iter_small_statements, run_visitor
 from dplint.analysis.context import FileContext
+from dplint.analysis.patterns import GuardedPattern
 
 # FSDP is not among them: its `state_dict()` keys are the inner module's (checked on torch 2.13), and
 # its `__getattr__` forwards to the wrapped module. `wrapped_names` follows it with its own flow.
 DDP_CLASSES = {name: wrapper for name, wrapper in ATTRIBUTE_WRAPPERS.items() if wrapper == "DistributedDataParallel"}
 FSDP_CLASSES = {name: "FullyShardedDataParallel" for name in FULLY_SHARDED_DATA_PARALLEL}
+
+# `accelerator.prepare(`, `self.accelerator.prepare_model(`.
+_PREPARE_CALL = GuardedPattern(r"\.prepare(?:_model)?\s*\(", [".prepare"])
+
+
+def may_prepare_models(text: str) -> bool:
+    """Whether a file's text may hand models to an Accelerator it builds (a prefilter: the flow reads them)."""
+    return "Accelerator" in text and _PREPARE_CALL.search(text) is not None
 
 # A branch condition on the path: its source text and which branch (True: the `if` body).
 CONDITION_QUOTED = 40
@@ -51,6 +61,9 @@ class WrapSite:
     path: str = ""
     # The function whose call returned the wrapper, named in the message since the wrap is in its body.
     via: str = ""
+    # The Accelerator whose `prepare` made the wrap (`accelerator`): a wrapper only when the script runs
+    # in several processes, and its `unwrap_model` gives the model back.
+    accelerator: str = ""
 
     def line_in(self, ctx: FileContext) -> int:
         return ctx.line(self.node) if self.node is not None else self.line
@@ -138,7 +151,20 @@ def describe(sites: FrozenSet[WrapSite], ctx: FileContext) -> Tuple[str, str, bo
     wrappers = {site.wrapper for site in sites}
     first = min(sites, key=lambda site: (site.path, site.line_in(ctx)))
     wrapper = wrappers.pop() if len(wrappers) == 1 else "DataParallel/DDP"
-    return wrapper, first.where(ctx), all(not site.conditions for site in sites)
+    return wrapper, first.where(ctx), all(not site.conditions and not site.accelerator for site in sites)
+
+
+def preparer(sites: FrozenSet[WrapSite]) -> Optional[str]:
+    """The Accelerator whose `prepare` made every one of the wraps, if one did (`accelerator`)."""
+    accelerators = {site.accelerator for site in sites}
+    return accelerators.pop() if len(accelerators) == 1 and "" not in accelerators else None
+
+
+def unwrapped(sites: FrozenSet[WrapSite], shown: str) -> str:
+    """The plain model behind `shown`, for a message: `accelerator.unwrap_model(model)` where one
+    Accelerator prepared every wrap, else `getattr(model, "module", model)`."""
+    accelerator = preparer(sites)
+    return f"{accelerator}.unwrap_model({shown})" if accelerator is not None else f'getattr({shown}, "module", {shown})'
 
 
 def handled_names(node: cst.CSTNode) -> Set[str]:
@@ -353,12 +379,17 @@ class WrapFlow:
             targets = [small.target]
         else:
             return state
-        plain = isinstance(small, cst.AugAssign)
-        sites = frozenset() if plain else self._sites(small.value, state, path)
-        elements = frozenset() if plain else self._element_sites(small.value, path)
-        members = {} if plain else self._member_sites(small.value, path)
+        prepared = self._prepared(small, path)
+        if prepared is not None:  # `model, opt = accelerator.prepare(model, opt)`: each target its own
+            bound = [(target, sites, frozenset(), {}) for target, sites in prepared]
+        else:
+            plain = isinstance(small, cst.AugAssign)
+            sites = frozenset() if plain else self._sites(small.value, state, path)
+            elements = frozenset() if plain else self._element_sites(small.value, path)
+            members = {} if plain else self._member_sites(small.value, path)
+            bound = [(target, sites, elements, members) for target in targets]
         state = dict(state)
-        for target in targets:
+        for target, sites, elements, members in bound:
             name = dotted(target)
             if name is None:
                 continue
@@ -393,6 +424,56 @@ class WrapFlow:
         # g = generator.module` / `else: g = generator`, the generator wrapped by the caller under the same test).
         held = state.get(name, frozenset()) if name is not None else frozenset()
         return frozenset(site for site in held if site.possible_under(path))
+
+    def wrapping_targets(self, small: cst.BaseSmallStatement) -> List[cst.BaseExpression]:
+        """What an assignment binds to a wrapper it makes, from nothing wrapped before it."""
+        if not isinstance(small, cst.Assign):
+            return []
+        prepared = self._prepared(small, ())
+        if prepared is not None:
+            return [target for target, sites in prepared if sites]
+        if not (self._sites(small.value, {}, ()) or self._element_sites(small.value, ())):
+            return []
+        return [target.target for target in small.targets]
+
+    def _prepared(self, small: cst.BaseSmallStatement, path) -> Optional[List[Tuple[cst.BaseExpression, FrozenSet[WrapSite]]]]:
+        """For `model, opt = accelerator.prepare(model, opt)`: each target assigned, and the DDP wrap it may
+        then hold (none for what is no module); None for any other statement."""
+        if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.Call)):
+            return None
+        call = small.value
+        handed = prepared_arguments(self.ctx, call)
+        if handed is None:
+            return None
+        found: List[Tuple[cst.BaseExpression, FrozenSet[WrapSite]]] = []
+        for assigned in small.targets:
+            target = assigned.target
+            elements = list(target.elements) if isinstance(target, (cst.Tuple, cst.List)) else [target]
+            lined_up = len(elements) == len(handed) and not any(isinstance(e, cst.StarredElement) for e in elements)
+            for index, element in enumerate(elements):
+                bound = element.value if isinstance(element, cst.BaseElement) else element
+                found.append((bound, self._prepared_wrap(small, call, handed[index], path) if lined_up else frozenset()))
+        return found
+
+    def _prepared_wrap(self, small: cst.BaseSmallStatement, call: cst.Call, argument: cst.BaseExpression, path) -> FrozenSet[WrapSite]:
+        """The DDP wrap Accelerate makes of what `prepare` hands back for `argument` (accelerate 1.15's
+        `prepare_model`, in a run of several processes, GPUs or CPUs): only of a module, with a parameter
+        that may train, not under `evaluation_mode`, and by an Accelerator that the file builds with
+        neither DeepSpeed nor FSDP (their engines forward attribute reads to the model, and their state
+        dicts are their own)."""
+        func = cst.ensure_type(call.func, cst.Attribute)  # `prepared_arguments` found the Accelerator's method
+        evaluation = [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "evaluation_mode"]
+        positional = [arg for arg in call.args if arg.keyword is None]
+        if func.attr.value == "prepare_model" and (len(positional) > 2 or any(not is_literal(value, False) for value in evaluation)):
+            return frozenset()
+        if not _prepares_in_ddp(self.ctx) or holder(argument) in _frozen_modules(self.ctx):
+            return frozenset()
+        inference = Inference.of(self.ctx)
+        scope = inference.scope_of(small)
+        if scope is None or inference.kind(argument, scope) is not Kind.MODULE:
+            return frozenset()  # an optimizer, a loader, or what the file does not show is a module
+        accelerator = self.ctx.code(func.value)
+        return frozenset({WrapSite("DistributedDataParallel", path, node=call, via=f"{accelerator}.{func.attr.value}", accelerator=accelerator)})
 
     def _returned(self, value: cst.BaseExpression) -> Optional[WrapSite]:
         """The wrap returned by `build_model(args)` (`.cuda()` chained on it or not), a project function."""
@@ -446,6 +527,42 @@ class WrapFlow:
                 site = WrapSite(wrap.wrapper, (*path, *wrap.conditions), line=wrap.line, path="" if here else wrap.path)
                 found[wrap.attribute] = found.get(wrap.attribute, frozenset()) | {site}
         return found
+
+
+def _prepares_in_ddp(ctx: FileContext) -> bool:
+    """Whether the Accelerator of the file wraps the modules it prepares in DDP in a run of several
+    processes: the file builds it, from settings it shows (no `**options`), with no DeepSpeed or FSDP."""
+    builds = accelerator_builds(ctx)
+    return bool(builds) and not shards_through_accelerate(ctx) and not any(arg.star for call in builds for arg in call.args)
+
+
+def _frozen_modules(ctx: FileContext) -> FrozenSet[str]:
+    """Names whose every parameter the file freezes (`vae.requires_grad_(False)`, `p.requires_grad =
+    False` for each `p` of `model.parameters()`): Accelerate wraps such a model in DDP on no GPU (and
+    DDP refuses it on CPUs)."""
+
+    def find() -> FrozenSet[str]:
+        found: Set[str] = set()
+        for node in descendants(ctx.module):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "requires_grad_":
+                if node.args and is_literal(node.args[0].value, False):
+                    found.add(dotted(node.func.value) or "")
+            elif isinstance(node, cst.For) and isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute):
+                if node.iter.func.attr.value == "parameters" and _sets_requires_grad_false(node):
+                    found.add(dotted(node.iter.func.value) or "")
+        return frozenset(found - {""})
+
+    return ctx.memo("frozen-modules", find)
+
+
+def _sets_requires_grad_false(loop: cst.For) -> bool:
+    """`for p in m.parameters(): p.requires_grad = False` (a statement of the loop's own body)."""
+    target = dotted(loop.target)
+    for small in iter_small_statements(block_body(loop.body), into_functions=False):
+        if isinstance(small, cst.Assign) and is_literal(small.value, False):
+            if any(dotted(t.target) == f"{target}.requires_grad" for t in small.targets):
+                return True
+    return False
 
 
 def _conjuncts(test: cst.BaseExpression) -> List[cst.BaseExpression]:
@@ -652,11 +769,10 @@ def attributes_wrapped_in(ctx: FileContext, method: cst.FunctionDef, self_name: 
     flow = WrapFlow(ctx)
     wrapped = set()
     for small in _small_statements(block_body(method.body)):
-        if isinstance(small, cst.Assign) and (flow._sites(small.value, {}, ()) or flow._element_sites(small.value, ())):
-            for target in small.targets:
-                name = dotted(target.target)
-                if name and name.startswith(self_name + ".") and name.count(".") == 1:
-                    wrapped.add(name.partition(".")[2])
+        for target in flow.wrapping_targets(small):
+            name = dotted(target)
+            if name and name.startswith(self_name + ".") and name.count(".") == 1:
+                wrapped.add(name.partition(".")[2])
     return wrapped
 
 
@@ -867,7 +983,7 @@ def _methods_run_before_the_wrap(ctx: FileContext, cls: cst.ClassDef, class_wrap
                     late.add(name)
                 else:
                     early[name] = early.get(name, 0) + 1
-        if isinstance(small, cst.Assign) and (flow._sites(small.value, {}, ()) or flow._element_sites(small.value, ())):
+        if flow.wrapping_targets(small):
             wrapped = True
     references = _attribute_references(ctx)
     return frozenset(name for name, calls in early.items() if name in methods and name not in late and references.get(name) == calls)
