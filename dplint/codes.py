@@ -43,6 +43,8 @@ STATIC_CODES = {
     "DPL516": True,
     "DPL517": True,
     "DPL518": True,
+    "DPL522": True,
+    "DPL523": True,
 }
 # The codes that only the runtime hooks check.
 RUNTIME_ONLY_CODES = frozenset({
@@ -68,6 +70,8 @@ PREVIEW_CODES = frozenset({
     "DPL516",
     "DPL517",
     "DPL518",
+    "DPL522",
+    "DPL523",
 })
 # Every rule's name and its code: a name is accepted wherever a code is.
 CODES_BY_NAME = {
@@ -115,6 +119,8 @@ CODES_BY_NAME = {
     "backward-bypasses-engine": "DPL518",
     "replica-divergence": "DPL520",
     "unused-parameters": "DPL521",
+    "gather-for-metrics": "DPL522",
+    "log-without-sync-dist": "DPL523",
     "model-outside-strategy-scope": "DPL601",
 }
 # Precision in the wild, from the hand labels in bench/wild/labels.tsv: the repositories swept, and per

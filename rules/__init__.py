@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Type
 
+from dplint.rules.accelerate_gather_for_metrics import GatherForMetrics
 from dplint.rules.accumulated_loss_tensor import AccumulatedLossTensor
 from dplint.rules.batch_dim_moved import BatchDimMovedInForward
 from dplint.rules.ddp_checkpoint_ranks import CheckpointOnEveryRank, LoadWithoutMapLocation
@@ -31,6 +32,7 @@ from dplint.rules.discarded_tensor_move import DiscardedTensorMove
 from dplint.rules.forward_mutates_module_state import ForwardMutatesModuleState
 from dplint.rules.hard_coded_device_in_forward import HardCodedDeviceInForward
 from dplint.rules.invalid_device_string import InvalidDeviceString
+from dplint.rules.lightning_log_without_sync_dist import LogWithoutSyncDist
 from dplint.rules.loss_data_index import LossDataIndex
 from dplint.rules.model_outside_strategy_scope import ModelOutsideStrategyScope
 from dplint.rules.module_off_primary_device import ModuleOffPrimaryDevice
@@ -91,6 +93,8 @@ CHECKS: List[Type[Rule]] = [
     GlobalRankAsDevice,
     OptimizerStepInsideNoSync,
     BackwardBypassesEngine,
+    GatherForMetrics,
+    LogWithoutSyncDist,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [

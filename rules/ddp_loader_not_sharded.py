@@ -9,7 +9,7 @@ from dplint.analysis.names import block_body
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
 from dplint.analysis.facts import ProjectFacts
-from dplint.analysis.execution import ACCELERATOR_CLASS, DATA_LOADERS, OPTIMIZER
+from dplint.analysis.execution import ACCELERATOR_CLASS, DATA_LOADERS
 from dplint.rule import Invalid, Report, Rule, Valid
 from dplint.analysis.ddp import (
     ScopeInfo,
@@ -18,8 +18,10 @@ from dplint.analysis.ddp import (
     program,
     is_literal,
     iter_scopes,
+    iterated_loader,
     mentions,
     scope_calls,
+    trains,
     values_of,
 )
 
@@ -263,11 +265,11 @@ class TrainingLoaderNotSharded(Rule):
         `accelerator.prepare` handed it back (sharded)."""
         reported: Set[cst.CSTNode] = set()
         for scope in iter_scopes(ctx.module):
-            loops = [loop for loop in for_loops(scope) if _trains(ctx, loop)]
+            loops = [loop for loop in for_loops(scope) if trains(ctx, loop)]
             if not loops or not _uses_accelerator(ctx, scope):
                 continue
             for loop in loops:
-                iterated = _iterated(ctx, loop.iter)
+                iterated = iterated_loader(ctx, loop.iter)
                 where = ctx.where(loop)
                 if where is None or not where.in_group or not where.on_every_rank:
                     continue
@@ -306,32 +308,6 @@ class TrainingLoaderNotSharded(Rule):
                     message=f"`{statement.name.value}` never reads the rank or world size: every DDP rank streams the same data.",
                     help="Yield only this rank's part (e.g. every `world_size`-th item from `rank`, or `split_dataset_by_node`).",
                 )
-
-
-# Wrappers a loop iterates a loader through: their first argument is what it iterates.
-_ITERATION_WRAPPERS = frozenset({"enumerate", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.std.tqdm", "tqdm.notebook.tqdm", "tqdm.rich.tqdm"})
-
-
-def _iterated(ctx: FileContext, expr: cst.BaseExpression) -> cst.BaseExpression:
-    """What a loop iterates through `enumerate(...)` and `tqdm(...)`: `loader` in `enumerate(tqdm(loader))`."""
-    while isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None and not expr.args[0].star:
-        name = expr.func.value if isinstance(expr.func, cst.Name) and expr.func.value == "enumerate" else ctx.qualify(expr.func)
-        if name not in _ITERATION_WRAPPERS:
-            break
-        expr = expr.args[0].value
-    return expr
-
-
-def _trains(ctx: FileContext, loop: cst.For) -> bool:
-    """Whether the loop's own body computes gradients or steps an optimizer (`accelerator.backward(loss)`,
-    `loss.backward()`, `optimizer.step()`)."""
-    for call in scope_calls(ScopeInfo(None, block_body(loop.body), None)):
-        if not isinstance(call.func, cst.Attribute):
-            continue
-        method = call.func.attr.value
-        if method == "backward" or (method == "step" and ctx.object_class(call.func.value) == OPTIMIZER):
-            return True
-    return False
 
 
 def _uses_accelerator(ctx: FileContext, scope: ScopeInfo) -> bool:

@@ -1028,3 +1028,150 @@ def test_a_deepspeed_trainer_steps_the_optimizer_it_passed_to_the_engine(tmp_pat
             Trainer(None, None).train_step(1, True)
         """)  # fmt: skip
     assert codes(lint(tmp_path, ("DPL518",))) == [("trainer.py", 18, "DPL518")]
+
+
+# DPL522: `accelerator.gather` where `gather_for_metrics` is meant --------------------------------------
+def test_an_evaluation_loop_in_another_file_gathers_rows_of_a_prepared_loader(tmp_path):
+    write(tmp_path, "main.py", """
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+        from evaluation import evaluate
+
+        def main():
+            accelerator = Accelerator()
+            train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+            val_loader = DataLoader(val_set, batch_size=32)
+            model, optimizer, train_loader, val_loader = accelerator.prepare(model, optimizer, train_loader, val_loader)
+            for batch in train_loader:
+                accelerator.backward(model(batch["x"]).loss)
+                optimizer.step()
+                labels = accelerator.gather(batch["y"])  # a training loop: not a metric over the dataset
+            print(evaluate(accelerator, model, val_loader))
+
+        if __name__ == "__main__":
+            main()
+        """)  # fmt: skip
+    write(tmp_path, "evaluation.py", """
+        import torch
+
+        def evaluate(accelerator, model, loader):
+            hits, seen = 0, 0
+            for batch in loader:
+                with torch.no_grad():
+                    predictions = model(batch["x"]).logits.argmax(-1)
+                predictions, labels = accelerator.gather((predictions, batch["y"]))
+                hits += (predictions == labels).sum().item()
+                seen += labels.numel()
+                accelerator.print(accelerator.gather(model(batch["x"]).loss).mean())
+            return hits / seen
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL522",))) == [("evaluation.py", 9, "DPL522")]
+
+
+def test_gathers_whose_rows_are_truncated_or_whose_loader_drops_its_last_batch_are_silent(tmp_path):
+    write(tmp_path, "truncated.py", """
+        import torch
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+
+        def main():
+            accelerator = Accelerator()
+            eval_loader = accelerator.prepare(DataLoader(eval_set, batch_size=16))
+            losses = []
+            for batch in eval_loader:
+                losses.append(accelerator.gather(model(**batch).loss.reshape(1).expand(16)))
+                predictions = accelerator.gather(model(**batch).logits)
+                if accelerator.gradient_state.end_of_dataloader:
+                    predictions = predictions[: accelerator.gradient_state.remainder]
+            losses = torch.cat(losses)[: len(eval_set)]
+
+        if __name__ == "__main__":
+            main()
+        """)  # fmt: skip
+    write(tmp_path, "drop_last.py", """
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+
+        def main():
+            accelerator = Accelerator()
+            eval_loader = accelerator.prepare(DataLoader(eval_set, batch_size=16, drop_last=True))
+            for batch in eval_loader:
+                metric.add_batch(predictions=accelerator.gather(model(**batch).logits.argmax(-1)), references=accelerator.gather(batch["labels"]))
+
+        if __name__ == "__main__":
+            main()
+        """)  # fmt: skip
+    write(tmp_path, "even.py", """
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+
+        def main():
+            accelerator = Accelerator()
+            accelerator.even_batches = False
+            eval_loader = accelerator.prepare(DataLoader(eval_set, batch_size=16))
+            for batch in eval_loader:
+                metric.add_batch(predictions=accelerator.gather(model(**batch).logits.argmax(-1)), references=accelerator.gather(batch["labels"]))
+
+        if __name__ == "__main__":
+            main()
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL522",))) == []
+
+
+# DPL523: an epoch-level `self.log` without `sync_dist=True` under a multi-process Trainer ------------------
+_LIGHTNING_MODULE = """
+    import torch
+    import torch.nn.functional as F
+    import torchmetrics
+    from lightning.pytorch import LightningModule
+
+    class Classifier(LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(8, 4)
+            self.accuracy = torchmetrics.Accuracy(task="multiclass", num_classes=4)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = F.cross_entropy(self.net(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            loss = F.cross_entropy(self.net(x), y)
+            self.accuracy(self.net(x), y)
+            self.log("val_acc", self.accuracy)
+            self.log("val_loss", loss)
+            self.log("val_loss_per_step", loss, on_step=True, on_epoch=False)
+    """
+
+
+def test_a_lightning_module_logs_an_unsynced_epoch_value_for_a_trainer_of_another_file(tmp_path):
+    write(tmp_path, "model.py", _LIGHTNING_MODULE)
+    write(tmp_path, "train.py", """
+        import lightning.pytorch as pl
+        from model import Classifier
+
+        if __name__ == "__main__":
+            pl.Trainer(accelerator="gpu", devices=2, max_epochs=3).fit(Classifier())
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL523",))) == [("model.py", 24, "DPL523")]
+
+
+def test_a_lightning_module_under_a_trainer_of_unknown_or_single_device_is_silent(tmp_path):
+    write(tmp_path, "model.py", _LIGHTNING_MODULE)
+    write(tmp_path, "train.py", """
+        import argparse
+        import lightning.pytorch as pl
+        from model import Classifier
+
+        def main():
+            args = argparse.ArgumentParser().parse_args()
+            pl.Trainer(accelerator="gpu", devices=args.devices).fit(Classifier())
+            pl.Trainer(devices=1).test(Classifier())
+
+        if __name__ == "__main__":
+            main()
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL523",))) == []

@@ -11,7 +11,7 @@ import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
-from dplint.analysis.execution import DATA_LOADER, FileExecution, Where
+from dplint.analysis.execution import DATA_LOADER, PREPARED_LOADER, FileExecution, Where
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.names import ImportMap, child_nodes
 
@@ -242,6 +242,12 @@ class FileContext:
         `accelerator.prepare` handed back: the file of that call and the call, symbolic (`same_call`)."""
         value = self.execution.value(self.code(node), self.line(node))
         return (value[2], value[3]) if value[:2] == ("object", DATA_LOADER) else None
+
+    def prepared_loader(self, node: cst.BaseExpression) -> Optional[Tuple[str, tuple]]:
+        """Where the expression holds what `accelerator.prepare` handed back for a torch `DataLoader` one
+        call built: the file of that call and the call, symbolic (`unprepared_loader`'s form)."""
+        value = self.execution.value(self.code(node), self.line(node))
+        return (value[2], value[3]) if value[:2] == ("object", PREPARED_LOADER) else None
 
     def same_call(self, node: cst.Call, symbolic: tuple) -> bool:
         """Whether a call of this file is the one the model reads as `symbolic` (from `unprepared_loader`)."""

@@ -16,7 +16,7 @@ from dplint.analysis.facts import DistributedProgram, FileFacts, scan_distribute
 from dplint.analysis.names import Body, block_body, child_blocks, dotted, header_expressions, iter_calls, iter_small_statements, names_in
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
-from dplint.analysis.execution import ACCELERATOR_CLASS, DEEPSPEED_ENGINE, builders_of
+from dplint.analysis.execution import ACCELERATOR_CLASS, DEEPSPEED_ENGINE, OPTIMIZER, builders_of
 
 DISTRIBUTED = "torch.distributed"
 DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
@@ -429,14 +429,47 @@ def branches(expr: cst.BaseExpression) -> List[cst.BaseExpression]:
 
 def for_loops(scope: ScopeInfo) -> List[cst.For]:
     """The scope's `for` loops (not those of nested functions)."""
-    found: List[cst.For] = []
+    return [loop for loop, _ in loops_and_after(scope)]
+
+
+def loops_and_after(scope: ScopeInfo) -> List[Tuple[cst.For, Body]]:
+    """The scope's `for` loops (not those of nested functions), each with the statements that follow it
+    in its block."""
+    found: List[Tuple[cst.For, Body]] = []
     pending: List[Body] = [scope.body]
     while pending:
-        for statement in pending.pop():
+        body = pending.pop()
+        for index, statement in enumerate(body):
             if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
                 continue
             if isinstance(statement, cst.For):
-                found.append(statement)
+                found.append((statement, body[index + 1 :]))
             if isinstance(statement, cst.BaseCompoundStatement):
                 pending.extend(child_blocks(statement))
     return found
+
+
+# Wrappers a loop iterates a loader through: their first argument is what it iterates.
+_ITERATION_WRAPPERS = frozenset({"enumerate", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.std.tqdm", "tqdm.notebook.tqdm", "tqdm.rich.tqdm"})
+
+
+def iterated_loader(ctx: FileContext, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """What a loop iterates through `enumerate(...)` and `tqdm(...)`: `loader` in `enumerate(tqdm(loader))`."""
+    while isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None and not expr.args[0].star:
+        name = expr.func.value if isinstance(expr.func, cst.Name) and expr.func.value == "enumerate" else ctx.qualify(expr.func)
+        if name not in _ITERATION_WRAPPERS:
+            break
+        expr = expr.args[0].value
+    return expr
+
+
+def trains(ctx: FileContext, loop: cst.For) -> bool:
+    """Whether the loop's own body computes gradients or steps an optimizer (`accelerator.backward(loss)`,
+    `loss.backward()`, `optimizer.step()`)."""
+    for call in scope_calls(ScopeInfo(None, block_body(loop.body), None)):
+        if not isinstance(call.func, cst.Attribute):
+            continue
+        method = call.func.attr.value
+        if method == "backward" or (method == "step" and ctx.object_class(call.func.value) == OPTIMIZER):
+            return True
+    return False

@@ -784,7 +784,8 @@ def _last_name(node: ast.AST) -> str:
 # ("world",) the world size; ("bool", Truth) a test; ("const", value); ("tuple", values...);
 # ("object", class) an object of a framework's class (an `Accelerator`, a DeepSpeed engine) or a torch
 # optimizer, alike on every rank; ("object", DATA_LOADER, file, call) a torch `DataLoader` as the call
-# (symbolic, evaluated in that file) built it, which `accelerator.prepare` has not replaced;
+# (symbolic, evaluated in that file) built it, which `accelerator.prepare` has not replaced, and
+# ("object", PREPARED_LOADER, file, call) what `accelerator.prepare` hands back for such a loader;
 # ("uniform",) anything alike on every rank; ("varies",) anything that may differ between ranks.
 
 Value = tuple
@@ -794,6 +795,8 @@ VARIES_VALUE: Value = ("varies",)
 SAME_VALUE: Value = ("same",)
 DATA_LOADER = "torch.utils.data.DataLoader"
 DATA_LOADERS = frozenset({DATA_LOADER, "torch.utils.data.dataloader.DataLoader"})
+# The loader `accelerator.prepare` hands back: it shards the batches between the processes.
+PREPARED_LOADER = "accelerate.data_loader.DataLoaderShard"
 # Calls that hand back the loaders they are given sharded between the processes (Accelerate's).
 _LOADER_PREPARERS = frozenset({"accelerate.data_loader.prepare_data_loader"})
 
@@ -837,8 +840,9 @@ _LIBRARY_VALUES: Mapping[str, Value] = {
 
 
 def _prepared(value: Value) -> Value:
-    """What `accelerator.prepare` hands back for an object: a loader it shards is no longer the one built."""
-    return UNIFORM_VALUE if value[:2] == ("object", DATA_LOADER) else value
+    """What `accelerator.prepare` hands back for an object: a loader it shards is no longer the one built
+    (it keeps the call that built it, whose arguments say how it batches)."""
+    return ("object", PREPARED_LOADER, *value[2:]) if value[:2] == ("object", DATA_LOADER) else value
 
 
 OPTIMIZER = "torch.optim.Optimizer"  # what any of torch's optimizers is, as an object's class
