@@ -43,6 +43,7 @@ STATIC_CODES = {
     "DPL516": True,
     "DPL517": True,
     "DPL518": True,
+    "DPL519": True,
 }
 # The codes that only the runtime hooks check.
 RUNTIME_ONLY_CODES = frozenset({
@@ -68,6 +69,7 @@ PREVIEW_CODES = frozenset({
     "DPL516",
     "DPL517",
     "DPL518",
+    "DPL519",
 })
 # Every rule's name and its code: a name is accepted wherever a code is.
 CODES_BY_NAME = {
@@ -113,6 +115,7 @@ CODES_BY_NAME = {
     "global-rank-as-device": "DPL516",
     "optimizer-step-inside-no-sync": "DPL517",
     "backward-bypasses-engine": "DPL518",
+    "local-rank-as-global-rank": "DPL519",
     "replica-divergence": "DPL520",
     "unused-parameters": "DPL521",
     "model-outside-strategy-scope": "DPL601",
