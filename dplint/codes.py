@@ -43,6 +43,7 @@ STATIC_CODES = {
     "DPL516": True,
     "DPL517": True,
     "DPL518": True,
+    "DPL519": True,
     "DPL522": True,
     "DPL523": True,
 }
@@ -70,6 +71,7 @@ PREVIEW_CODES = frozenset({
     "DPL516",
     "DPL517",
     "DPL518",
+    "DPL519",
     "DPL522",
     "DPL523",
 })
@@ -117,6 +119,7 @@ CODES_BY_NAME = {
     "global-rank-as-device": "DPL516",
     "optimizer-step-inside-no-sync": "DPL517",
     "backward-bypasses-engine": "DPL518",
+    "local-rank-as-global-rank": "DPL519",
     "replica-divergence": "DPL520",
     "unused-parameters": "DPL521",
     "gather-for-metrics": "DPL522",

@@ -188,8 +188,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     # The codes module first: the reference quotes its measurements.
     for path in sorted(paths, key=lambda path: path.endswith(".md")):
+        text = reference() if path.endswith(".md") else codes_module()  # before the file is emptied: the rules read the codes
         with open(path, "w", encoding="utf-8") as handle:
-            handle.write(reference() if path.endswith(".md") else codes_module())
+            handle.write(text)
         if path.endswith(".py"):
             import importlib
 

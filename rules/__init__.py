@@ -19,6 +19,7 @@ from dplint.rules.ddp_forward_through_module import ForwardThroughDdpModule
 from dplint.rules.ddp_global_rank_as_device import GlobalRankAsDevice
 from dplint.rules.ddp_loader_not_sharded import TrainingLoaderNotSharded
 from dplint.rules.ddp_local_rank_argument import LocalRankArgument
+from dplint.rules.ddp_local_rank_as_global_rank import LocalRankAsGlobalRank
 from dplint.rules.ddp_sampler_set_epoch import DistributedSamplerSeedPerRank, DistributedSamplerWithoutSetEpoch
 from dplint.rules.ddp_shuffle_with_sampler import ShuffleWithDistributedSampler
 from dplint.rules.ddp_step_inside_no_sync import OptimizerStepInsideNoSync
@@ -93,6 +94,7 @@ CHECKS: List[Type[Rule]] = [
     GlobalRankAsDevice,
     OptimizerStepInsideNoSync,
     BackwardBypassesEngine,
+    LocalRankAsGlobalRank,
     GatherForMetrics,
     LogWithoutSyncDist,
 ]

@@ -1175,3 +1175,144 @@ def test_a_lightning_module_under_a_trainer_of_unknown_or_single_device_is_silen
             main()
         """)  # fmt: skip
     assert codes(lint(tmp_path, ("DPL523",))) == []
+
+
+# DPL519: the local rank passed where torch wants the global rank -----------------------------------------
+
+
+def test_the_local_rank_from_argparse_is_not_the_rank_of_the_group_or_the_sampler(tmp_path):
+    # torch.distributed.launch's `--local_rank`, passed to the group and the sampler (pytorch/pytorch#23074).
+    script = """
+    import argparse
+    import torch.distributed as dist
+    from torch.utils.data.distributed import DistributedSampler
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=0)
+        args = parser.parse_args()
+        dist.init_process_group("nccl", init_method="env://", world_size=dist_world(), rank={rank})
+        return DistributedSampler(range(10), num_replicas=dist.get_world_size(), rank={sampler_rank})
+
+    if __name__ == "__main__":
+        main()
+    """
+    write(tmp_path, "train.py", script.format(rank="args.local_rank", sampler_rank="args.local_rank"))
+    assert codes(lint(tmp_path, select=("DPL519",))) == [("train.py", 10, "DPL519"), ("train.py", 11, "DPL519")]
+    # The global rank, from the environment and from the group: silent.
+    write(tmp_path, "train.py", script.format(rank='int(os.environ["RANK"])', sampler_rank="dist.get_rank()").replace("import argparse", "import argparse, os"))
+    assert codes(lint(tmp_path, select=("DPL519",))) == []
+    # A rank computed from the node's index and the local rank: silent.
+    write(tmp_path, "train.py", script.format(rank="args.node_rank * 8 + args.local_rank", sampler_rank="args.node_rank * 8 + args.local_rank"))
+    assert codes(lint(tmp_path, select=("DPL519",))) == []
+
+
+def test_a_group_of_the_nodes_gpus_or_on_the_loopback_address_is_one_node(tmp_path):
+    # BiSeNet's trainer: `world_size=torch.cuda.device_count()` at `tcp://127.0.0.1`, launched per GPU.
+    script = """
+    import argparse
+    import torch
+    import torch.distributed as dist
+
+    def train():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", dest="local_rank", type=int, default=-1)
+        args = parser.parse_args()
+        torch.cuda.set_device(args.local_rank)
+        world_size = {size}
+        dist.init_process_group(backend="nccl", init_method={method}, world_size=world_size, rank=args.local_rank)
+
+    if __name__ == "__main__":
+        train()
+    """
+    write(tmp_path, "train.py", script.format(size="torch.cuda.device_count()", method='"env://"'))
+    assert codes(lint(tmp_path, select=("DPL519",))) == []
+    write(tmp_path, "train.py", script.format(size="args.world_size", method="'tcp://127.0.0.1:{}'.format(args.port)"))
+    assert codes(lint(tmp_path, select=("DPL519",))) == []
+    write(tmp_path, "train.py", script.format(size="args.world_size", method='f"tcp://{args.master}:{args.port}"'))
+    assert codes(lint(tmp_path, select=("DPL519",))) == [("train.py", 12, "DPL519")]
+    # mochi's workers: `os.environ["MASTER_ADDR"] = "127.0.0.1"` before the environment's rendezvous.
+    on_this_host = script.replace("world_size = {size}", 'os.environ["MASTER_ADDR"] = {address}').replace("import argparse", "import argparse, os")
+    write(tmp_path, "train.py", on_this_host.format(address='"127.0.0.1"', method='"env://"').replace("world_size=world_size", "world_size=args.world_size"))
+    assert codes(lint(tmp_path, select=("DPL519",))) == []
+    write(tmp_path, "train.py", on_this_host.format(address="args.master", method='"env://"').replace("world_size=world_size", "world_size=args.world_size"))
+    assert codes(lint(tmp_path, select=("DPL519",))) == [("train.py", 12, "DPL519")]
+
+
+def test_a_spawn_is_one_node_where_it_starts_the_whole_group(tmp_path):
+    # The DDP tutorial: `run_demo(demo_basic, world_size)` spawns `world_size` processes, a group of `world_size`.
+    script = """
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.utils.data.distributed import DistributedSampler
+
+    def setup(rank, world_size):
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+    def demo_basic(rank, world_size):
+        setup(rank, world_size)
+        sampler = DistributedSampler(range(10), num_replicas=world_size, rank=rank)
+
+    def run_demo(demo_fn, world_size, procs, nodes=2):
+        mp.spawn(demo_fn, args=(world_size,), nprocs=procs, join=True)
+
+    if __name__ == "__main__":
+        n_gpus = torch.cuda.device_count()
+        run_demo(demo_basic, {world}, n_gpus)
+    """
+    write(tmp_path, "ddp.py", script.replace("nprocs=procs", "nprocs=world_size").format(world="n_gpus"))
+    assert codes(lint(tmp_path, select=("DPL519",))) == []
+    # A group of an unknown size: the process index may well be the global rank; silent.
+    write(tmp_path, "ddp.py", script.format(world="n_gpus"))
+    assert codes(lint(tmp_path, select=("DPL519",))) == []
+    # Spawned per node into a group of `nodes` times as many: the process index is no global rank.
+    write(tmp_path, "ddp.py", script.replace("args=(world_size,), nprocs=procs", "args=(procs * nodes,), nprocs=procs").format(world="n_gpus"))
+    assert codes(lint(tmp_path, select=("DPL519",))) == [("ddp.py", 8, "DPL519"), ("ddp.py", 12, "DPL519")]
+
+
+def test_a_spawn_per_node_with_the_rank_computed_from_the_node_is_silent(tmp_path):
+    # The multi-node mp.spawn tutorial: `rank = args.nr * args.gpus + gpu` in the group, `gpu` for the device.
+    script = """
+    import argparse
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    def train(gpu, args):
+        rank = {rank}
+        dist.init_process_group(backend="nccl", init_method="env://", world_size=args.world_size, rank=rank)
+        torch.cuda.set_device(gpu)
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("-n", "--nodes", default=1, type=int)
+        parser.add_argument("-g", "--gpus", default=1, type=int)
+        parser.add_argument("-nr", "--nr", default=0, type=int)
+        args = parser.parse_args()
+        args.world_size = args.gpus * args.nodes
+        mp.spawn(train, nprocs=args.gpus, args=(args,))
+
+    if __name__ == "__main__":
+        main()
+    """
+    write(tmp_path, "train.py", script.format(rank="args.nr * args.gpus + gpu"))
+    assert codes(lint(tmp_path, select=("DPL519", "DPL516"))) == []
+    write(tmp_path, "train.py", script.format(rank="gpu"))
+    assert codes(lint(tmp_path, select=("DPL519", "DPL516"))) == [("train.py", 9, "DPL519")]
+
+
+def test_the_local_rank_of_torchrun_through_the_cli(tmp_path):
+    write(tmp_path, "train.py", """
+        import os
+        import torch.distributed as dist
+
+        local_rank = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl", rank=local_rank, world_size=int(os.environ["WORLD_SIZE"]))
+        """)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "dplint", "--preview", "--select", "DPL519", "--format", "concise", "--no-cache", "train.py"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert "train.py:6:38: DPL519 `rank=` gets the local rank: on a second node two processes claim each global rank." in run.stdout
+    assert run.returncode == 1

@@ -222,6 +222,12 @@ class FileContext:
         value = self.execution.value(self.code(node), self.line(node))
         return value[1] if value[0] == "rank" else None
 
+    def group_on_one_node(self, node: cst.CSTNode, size: Optional[cst.BaseExpression]) -> Optional[bool]:
+        """Where the code holding `node` runs, whether the group of `size` processes is known to be on one
+        node (`torch.cuda.device_count()` processes, or all of them spawned by one `mp.spawn`): True, False
+        (one spawn per node: `world_size = gpus * nodes` with `nprocs=gpus`) or None (unknown)."""
+        return self.execution.group_on_one_node(self.line(node), self.code(size) if size is not None else None)
+
     def never_a_module(self, node: cst.BaseExpression) -> bool:
         """Whether the expression holds only objects of project classes that are no `nn.Module`."""
         # Only where the file calls such a class, or a project function that returns one: the names it

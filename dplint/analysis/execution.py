@@ -590,6 +590,10 @@ class CallSite:
     arguments: Tuple[Expr, ...] = ()
     keywords: Tuple[Tuple[str, Expr], ...] = ()
     spawn: bool = False  # the callee is started as the processes of a group (its first argument: the index)
+    processes: Optional[Expr] = None  # for a spawn, how many processes it starts (`nprocs`)
+    # For a function passed to a project function that spawns it (`run(worker, n)`): that spawn, in its
+    # own function's terms (its `args=` and `nprocs`).
+    spawned_by: Optional["CallSite"] = None
     # Functions passed as arguments (position, callee): a project function may start one (`launch(main)`).
     functions: Tuple[Tuple[int, Expr], ...] = ()
 
@@ -607,7 +611,8 @@ class FunctionSummary:
     wraps: Tuple[Tuple[Guard, int], ...] = ()  # where it wraps a model in DDP/FSDP
     assigns: Tuple[Tuple[str, Guard, Expr], ...] = ()  # variable key, the conditions it is assigned under, value
     returns: Tuple[Tuple[Guard, Expr], ...] = ()  # what it returns, under which conditions
-    spawned_parameters: Tuple[int, ...] = ()  # its parameters it starts as a group's processes
+    # Its parameters it starts as a group's processes: each spawn of one, with the parameter's position.
+    parameter_spawns: Tuple[Tuple[int, CallSite], ...] = ()
     decorators: Tuple[str, ...] = ()
     main_guard: Optional[Guard] = None  # the module's top level: the guard of its `__main__` block
 
@@ -648,7 +653,7 @@ def _summarize_body(node: ast.AST, name: str, body: Sequence[ast.stmt], symbols:
     wraps: List[Tuple[Guard, int]] = []
     assigns: List[Tuple[str, Guard, Expr]] = []
     returns: List[Tuple[Guard, Expr]] = []
-    spawned: Set[int] = set()
+    parameter_spawns: List[Tuple[int, CallSite]] = []
     params: Tuple[str, ...] = ()
     defaults: List[Tuple[str, Expr]] = []
     decorators: Tuple[str, ...] = ()
@@ -701,11 +706,13 @@ def _summarize_body(node: ast.AST, name: str, body: Sequence[ast.stmt], symbols:
                 target = next((keyword.value for keyword in inner.keywords if keyword.arg == "target"), None)
             if target is not None:
                 spawned_callee = symbols.callee(target, scope)
+                rest = tuple(symbols.expr(a, scope) for a in _spawn_arguments(inner, qualified))
+                processes = _spawn_processes(inner, qualified)
+                counted = symbols.expr(processes, scope) if processes is not None else None
                 if isinstance(target, ast.Name) and target.id in params and target.id in scope.locals:
-                    spawned.add(params.index(target.id))
+                    parameter_spawns.append((params.index(target.id), CallSite(UNKNOWN, guard, line, rest, (), spawn=True, processes=counted)))
                 elif spawned_callee is not None:
-                    rest = tuple(symbols.expr(a, scope) for a in _spawn_arguments(inner, qualified))
-                    calls.append(CallSite(spawned_callee, guard, line, rest, (), spawn=True))
+                    calls.append(CallSite(spawned_callee, guard, line, rest, (), spawn=True, processes=counted))
                 continue
             passed = tuple(
                 (index, found)
@@ -725,7 +732,7 @@ def _summarize_body(node: ast.AST, name: str, body: Sequence[ast.stmt], symbols:
         wraps=tuple(wraps),
         assigns=tuple(assigns),
         returns=tuple(returns),
-        spawned_parameters=tuple(sorted(spawned)),
+        parameter_spawns=tuple(parameter_spawns),
         decorators=decorators,
         main_guard=main_guard,
     )
@@ -739,6 +746,17 @@ def _spawn_arguments(call: ast.Call, qualified: str) -> List[ast.AST]:
     if qualified.endswith("spawn") and len(call.args) > 1 and isinstance(call.args[1], (ast.Tuple, ast.List)):
         return list(call.args[1].elts)
     return []
+
+
+def _spawn_processes(call: ast.Call, qualified: str) -> Optional[ast.AST]:
+    """How many processes torch's `spawn(fn, args, nprocs)` or `start_processes` starts (none said for
+    other launchers: detectron2's `launch` computes the global rank itself)."""
+    if qualified not in SPAWNERS or not qualified.startswith("torch.multiprocessing."):
+        return None
+    for keyword in call.keywords:
+        if keyword.arg == "nprocs":
+            return keyword.value
+    return call.args[2] if len(call.args) > 2 else None
 
 
 def _bindings(target: ast.AST, value: Expr, symbols: Symbols, scope: _Scope) -> List[Tuple[str, Expr]]:
@@ -1274,11 +1292,17 @@ class ExecutionModel:
                     for target, skipped in targets:
                         found.append((site, target, skipped, site.spawn))
                     for index, passed in site.functions:
-                        spawned = any(
-                            index + skipped in self.function(target).spawned_parameters for target, skipped in targets
-                        )
+                        spawns = [
+                            spawn
+                            for target, skipped in targets
+                            for position, spawn in self.function(target).parameter_spawns
+                            if position == index + skipped
+                        ]
+                        spawned = bool(spawns)
+                        origin = spawns[0] if len(spawns) == 1 else None
                         for started, started_skipped in self.targets(passed, filename):
-                            found.append((CallSite(passed, site.guard, site.line, spawn=spawned), started, started_skipped, spawned))
+                            edge = CallSite(passed, site.guard, site.line, spawn=spawned, spawned_by=origin)
+                            found.append((edge, started, started_skipped, spawned))
         return edges
 
     def function(self, function: FunctionId) -> FunctionSummary:
@@ -1523,6 +1547,54 @@ class ExecutionModel:
     def reaching(self, function_id: FunctionId) -> List[Tuple[Truth, "Evaluation"]]:
         """Where the function runs when called, in each program that reaches it through resolved calls."""
         return [(program.truth[function_id], program.evaluation) for program in self.programs if function_id in program.truth]
+
+    def group_on_one_node(self, function_id: FunctionId, size: Optional[Expr]) -> Optional[bool]:
+        """Whether the process group of `size` processes (an expression of the function, followed back
+        through the parameters and the variables the program assigns once) is known to run on one node:
+        True where its size is the node's GPU count (`torch.cuda.device_count()`), or where `mp.spawn`
+        starts the function and no spawn starts only a part of the group; False where one does (the size
+        is the spawn's process count times another number: `world_size = gpus * nodes` with
+        `nprocs=gpus`, a spawn per node); None where nothing shows it (a launcher started the processes)."""
+        one_node = False
+        pending: List[Tuple[FunctionId, Optional[Expr]]] = [(function_id, size)]
+        seen: Set[Tuple[FunctionId, Optional[Expr]]] = set()
+        while pending:
+            current, expr = pending.pop()
+            if (current, expr) in seen:
+                continue
+            seen.add((current, expr))
+            expr = self._assigned_once(expr)
+            if expr == _NODE_GPU_COUNT:
+                one_node = True
+                continue
+            for caller, site, skipped, spawn in self._callers.get(current, ()):
+                located = self._parameters.get(expr[1]) if expr is not None and expr[0] == "v" else None
+                position = located[1] - skipped if located is not None and located[0] == current else None
+                if spawn:
+                    one_node = True
+                    started = site.spawned_by or site
+                    # The process index comes first; the spawn's `args=` follow it.
+                    given = started.arguments[position - 1] if position is not None and 0 < position <= len(started.arguments) else expr
+                    if started.processes is not None and _multiple_of(self._assigned_once(given), started.processes):
+                        return False
+                elif position is not None:
+                    param = self.function(current).params[located[1]]
+                    pending.append((caller, self.default_evaluation.passed(site, self.function(current), position, param)))
+                else:
+                    pending.append((caller, expr))
+        return True if one_node else None
+
+    def _assigned_once(self, expr: Optional[Expr]) -> Optional[Expr]:
+        """What a variable the program assigns once holds (`world_size = args.gpus * args.nodes`,
+        `self.num_gpus = num_gpus`), followed through such variables; a parameter is what its callers pass."""
+        for _ in range(_MAX_DEPTH):
+            if expr is None or expr[0] != "v" or expr[1] in self._parameters:
+                break
+            assigned = self.assignments(expr[1])
+            if len(assigned) != 1:
+                break
+            expr = assigned[0][2]
+        return expr
 
     # -- what the names hold: parameters and assignments ---------------------------------------------
 
@@ -1841,6 +1913,17 @@ class Evaluation:
         return found
 
 
+# How many GPUs this node has: a group of that many processes is one node's.
+_NODE_GPU_COUNT: Expr = ("call", ("q", "torch.cuda.device_count"), (), ())
+
+
+def _multiple_of(expr: Optional[Expr], factor: Expr) -> bool:
+    """Whether the expression multiplies `factor` by something other than 1 (`gpus * nodes`, `nodes * gpus`)."""
+    if expr is None or expr[0] != "bin" or expr[1] != "*":
+        return False
+    return any(side == factor and other != ("c", 1) for side, other in ((expr[2], expr[3]), (expr[3], expr[2])))
+
+
 def _mentions(expr: object, prefix: str) -> bool:
     """Whether a symbolic expression reads a variable whose key starts with `prefix`."""
     if isinstance(expr, tuple):
@@ -2115,6 +2198,15 @@ class FileExecution:
             found_value = evaluation.value(expr, self.filename)
             value = found_value if value is None else join(value, found_value)
         return value  # type: ignore[return-value]
+
+    def group_on_one_node(self, line: int, size: Optional[str]) -> Optional[bool]:
+        """Whether the process group of `size` processes (an expression's source code, at the line) is
+        known to run on one node (`ExecutionModel.group_on_one_node`): True, False (a spawn per node) or
+        None (unknown)."""
+        found = self._function_at(line)
+        if found is None:
+            return None
+        return self.model.group_on_one_node((self.filename, found[0]), self.expression(size, line) if size is not None else None)
 
     def holds_plain_objects(self, code: str, line: int) -> bool:
         """Whether an expression at the line holds only objects of project classes that are no `nn.Module`

@@ -21,6 +21,7 @@ RUNTIME_HELP = {
     "DPL511": "Make the change before wrapping in DDP, on every rank.",
     "DPL512": "Call the collective as a statement and use the tensor you passed to it.",
     "DPL513": "Pass the same seed on every rank (e.g. `seed=args.seed`); seed augmentation per rank elsewhere.",
+    "DPL519": 'Pass the global rank: `int(os.environ["RANK"])`, or `node_rank * nproc_per_node + local_rank`.',
     "DPL520": "Change the parameters only through the optimizer, after DDP's gradient sync.",
     "DPL521": "Use every parameter in each forward, or pass `find_unused_parameters=True`.",
 }

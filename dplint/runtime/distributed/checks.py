@@ -284,9 +284,10 @@ def _to_dplint_store(rank: _RankChecks, arguments: Dict[str, Any]) -> None:
     wrong = {name: value for name, value in asked.items() if value != expected[name]}
     local_rank = int(os.environ["LOCAL_RANK"])
     if wrong.get("rank", local_rank + 1) == local_rank:  # only where ranks differ from local ranks: on a second node
-        raise RuntimeError(
-            f"init_process_group(rank={local_rank}) at {site_of(user_site(3))} on rank {rank.channel.rank}: that is its "
-            f"local rank, so the nodes' processes claim the same ranks; pass the global rank (RANK)"
+        raise DistributedPitfall(
+            "DPL519",
+            f"Rank {rank.channel.rank} passes its local rank {local_rank} as `rank=`: the nodes' processes claim the same global ranks.",
+            user_site(3),
         )
     if wrong:
         name, value = next(iter(wrong.items()))
