@@ -739,10 +739,18 @@ def test_an_accelerate_script_runs_on_cpu_ranks_and_its_main_process_barrier_sto
     [unsharded, line] = sorted(buggy.stdout.splitlines(), key=lambda line: line.split(": ", 1)[1])
     assert line.startswith(f"{place}: DPL507 Collective mismatch: rank 0 is in dist.barrier() at {place.rsplit(':', 1)[0]};")
     assert unsharded.startswith(f"{loader}: DPL503 ")
-    # The static rules report the same calls (the fixture's expected output, which tests/test_fixtures.py checks).
-    assert sorted(static_findings(FIXTURES / "accelerate")) == [(f"train.py:{loader.split(':', 1)[1]}", "DPL503"), (f"train.py:{place.split(':', 1)[1]}", "DPL507")]
+    # The static rules report the same calls (the fixture's expected output, which tests/test_fixtures.py checks),
+    # and the evaluation's `accelerator.gather`, which keeps the samples the prepared loader repeats.
+    gather = spot_in(script, "accelerator.gather(")
+    assert sorted(static_findings(FIXTURES / "accelerate")) == [
+        (f"train.py:{loader.split(':', 1)[1]}", "DPL503"),
+        (f"train.py:{place.split(':', 1)[1]}", "DPL507"),
+        (f"train.py:{gather.split(':', 1)[1]}", "DPL522"),
+    ]
     fixed = dplint_run(str(FIXTURES / "accelerate_fixed" / "train.py"), "--out", str(tmp_path / "model.pt"), cwd=tmp_path)
-    assert (fixed.returncode, fixed.stdout) == (0, ""), fixed.stderr
+    assert fixed.returncode == 0, fixed.stderr
+    # No finding; the main process's evaluation line counts each sample once (`gather` would count 24).
+    assert re.fullmatch(r"validation error \d+\.\d+ over 21 of 21 samples\n", fixed.stdout), fixed.stdout
     assert (tmp_path / "model.pt").exists()
 
 

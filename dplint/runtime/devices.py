@@ -671,6 +671,22 @@ def _install_distributed(emulation: Emulation) -> None:
         kwargs.pop("device_ids", None)  # gloo's barrier has no device to choose
         return barrier(*args, **kwargs)
 
-    for name, replacement in (("get_default_backend_for_device", get_default_backend_for_device), ("barrier", barrier_on_cpu)):
+    # torch 2.13 routes all_gather_into_tensor through all_gather_single; earlier versions have only the former.
+    gather_name = "all_gather_single" if hasattr(dist.distributed_c10d, "all_gather_single") else "all_gather_into_tensor"
+    gather_into_tensor = getattr(dist.distributed_c10d, gather_name)
+
+    @functools.wraps(gather_into_tensor)
+    def gather_into_tensor_on_cpu(output_tensor: torch.Tensor, input_tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        # NCCL fills the output by element count, whatever its shape (Accelerate gathers a (B, 1) tensor
+        # into a flat one); gloo compares each rank's chunk with the input's shape: it gets both flat.
+        if output_tensor.is_contiguous() and output_tensor.shape[1:] != input_tensor.shape[1:]:
+            return gather_into_tensor(output_tensor.view(-1), input_tensor.reshape(-1), *args, **kwargs)
+        return gather_into_tensor(output_tensor, input_tensor, *args, **kwargs)
+
+    for name, replacement in (
+        ("get_default_backend_for_device", get_default_backend_for_device),
+        ("barrier", barrier_on_cpu),
+        (gather_name, gather_into_tensor_on_cpu),
+    ):
         setattr(dist.distributed_c10d, name, replacement)
         setattr(dist, name, replacement)
