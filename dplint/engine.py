@@ -127,7 +127,7 @@ def parse_python(text: str) -> ast.Module:
     except (RecursionError, MemoryError):
         raise Unreadable("too deeply nested to parse") from None
     except SyntaxError as error:
-        raise _syntax_error(error.msg or "invalid syntax", error) from None
+        raise _syntax_error(error.msg or "invalid syntax", error, text) from None
 
 
 def parse_libcst(text: str, tree: ast.Module):
@@ -383,8 +383,8 @@ class _LocatedUnreadable(Unreadable):
         self.column = column
 
 
-def _syntax_error(message: str, error: SyntaxError) -> Unreadable:
-    newer = _newer_syntax(error)
+def _syntax_error(message: str, error: SyntaxError, text: str) -> Unreadable:
+    newer = _newer_syntax(error, text)
     if newer is not None:
         running = f"{sys.version_info.major}.{sys.version_info.minor}"
         message = f"{newer} needs Python 3.12 or newer; dplint runs on Python {running}"
@@ -400,7 +400,7 @@ _F_STRING_START = re.compile(r"(?<![\w'\"])(?:[rR]?[fF]|[fF][rR])['\"]")
 _SNIPPET_MAX_DEPTH = 100
 
 
-def _newer_syntax(error: SyntaxError) -> Optional[str]:
+def _newer_syntax(error: SyntaxError, text: str) -> Optional[str]:
     """The Python 3.12 construct (PEP 695, PEP 701) that an older CPython rejected, when it can be told."""
     if sys.version_info >= (3, 12) or not error.lineno or error.text is None:
         return None
@@ -409,13 +409,15 @@ def _newer_syntax(error: SyntaxError) -> Optional[str]:
         return "a `type` statement (PEP 695)"
     if _TYPE_PARAMETERS.match(line):
         return "a type parameter list (PEP 695)"
-    if _F_STRING_START.search(line) and not (error.msg or "").startswith("(unicode error)") and _parses_as_f_string(line):
-        return "an f-string with quotes, backslashes or comments inside its braces (PEP 701)"
+    if _F_STRING_START.search(line) and not (error.msg or "").startswith("(unicode error)") and (
+        _parses_as_f_string(line) or _parses_as_f_string(text)
+    ):  # the line alone, else the whole file: an f-string whose braces span lines (PEP 701 too)
+        return "an f-string with quotes, backslashes, comments or line breaks inside its braces (PEP 701)"
     return None
 
 
 def _parses_as_f_string(line: str) -> bool:
-    """Whether libcst, which knows Python 3.12's f-strings, reads the line as a statement holding one."""
+    """Whether libcst, which knows Python 3.12's f-strings, reads the line (or lines) as statements holding one."""
     import libcst as cst
     import libcst.matchers as m
 

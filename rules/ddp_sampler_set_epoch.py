@@ -24,6 +24,7 @@ from dplint.analysis.ddp import (
     iter_statements,
     looks_like_evaluation,
     mentions,
+    passed_argument,
     scope_bindings,
 )
 
@@ -89,7 +90,8 @@ class DistributedSamplerWithoutSetEpoch(Rule):
 
     ## Known problems
     One `set_epoch(` call anywhere in the project silences the rule for every sampler. Samplers with
-    `shuffle=` other than a literal, samplers of evaluation data (names with val/eval/test), and
+    `shuffle=` other than a literal (directly, or in a `**mapping` splat of a dict literal the function
+    builds and never changes), samplers of evaluation data (names with val/eval/test), and
     projects that use Lightning or Accelerate (which call `set_epoch` themselves) are not reported.
     """
 
@@ -128,8 +130,29 @@ class DistributedSamplerWithoutSetEpoch(Rule):
                 step(batch)
             """
         ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler_args = {"shuffle": False, "drop_last": False}
+            loader = DataLoader(dataset, sampler=DistributedSampler(dataset, **sampler_args))
+            for epoch in range(10):
+                for batch in loader:
+                    step(batch)
+            """
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler_args = {"shuffle": True, "drop_last": False}
+            loader = DataLoader(dataset, sampler=DistributedSampler(dataset, **sampler_args))
+            for epoch in range(10):
+                for batch in loader:
+                    step(batch)
+            """,
+            line=3,
+        ),
         Invalid(
             """
             from torch.utils.data import DataLoader, DistributedSampler
@@ -223,8 +246,8 @@ class DistributedSamplerWithoutSetEpoch(Rule):
             sets_epoch = None if ctx.project.execution.defines_method("set_epoch") else ctx.execution.programs_call(ctx.line(call), "set_epoch")
             if sets_epoch or (sets_epoch is None and facts.sets_epoch):
                 continue
-            shuffle = argument(call, "shuffle", 3)
-            if shuffle is not None and not is_literal(shuffle, True):
+            known, shuffle = passed_argument(ctx, scope, call, "shuffle", 3)
+            if not known or (shuffle is not None and not is_literal(shuffle, True)):
                 continue
             seed = argument(call, "seed", 4)
             if seed is not None and mentions(seed, _EPOCH):

@@ -10,6 +10,7 @@ from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.inference import Inference, Kind, Scope
 from dplint.analysis.names import dotted
 from dplint.analysis.outline import Outline
+from dplint.analysis.torch_api import DTYPES
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
 MOVES = frozenset({"to", "cuda", "cpu"})
@@ -47,6 +48,9 @@ class DiscardedTensorMove(Rule):
         target = target.to(device)
         output = model(data)
     ```
+
+    A `.to()` given only a dtype (`mask.to(torch.float16)`, `bias.to(q.dtype)`) casts and moves
+    nothing: discarding it is not reported here.
 
     ## Fix safety
     The fix assigns the result back (`x = x.to(device)`) for a local name or a `self.<attr>` that is
@@ -92,6 +96,16 @@ class DiscardedTensorMove(Rule):
     triggers = re.compile(r"\.(?:to|cuda|cpu)\(")
 
     VALID = [
+        Valid(
+            """
+            import torch
+            def attention_bias(query, length):
+                bias = torch.zeros(length, length, dtype=query.dtype)
+                bias.to(query.dtype)  # a cast, not a move
+                bias.to(dtype=torch.float16)
+                return bias
+            """
+        ),
         Valid(
             """
             import torch.nn as nn
@@ -648,7 +662,7 @@ class DiscardedTensorMove(Rule):
                     continue
                 if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
                     continue
-                if call.func.attr.value not in MOVES:
+                if call.func.attr.value not in MOVES or _casts_only(ctx, call):
                     continue
                 receiver = call.func.value
                 if inference.kind(receiver, scope) is not Kind.TENSOR:
@@ -674,6 +688,25 @@ class DiscardedTensorMove(Rule):
             fix=FixSpec(message=f"Assign the result to `{target}`", edits=(NodeEdit(statement, f"{target} = ", insert_before=True),)),
             statement=statement,
         )
+
+
+def _casts_only(ctx: FileContext, call: cst.Call) -> bool:
+    """`x.to(torch.float16)`, `x.to(y.dtype)`, `x.to(dtype=...)`: a `.to()` that names only a dtype changes
+    no device, so discarding it loses no move."""
+    if call.func.attr.value != "to" or not call.args:  # type: ignore[attr-defined]
+        return False
+    for arg in call.args:
+        if arg.star:
+            return False
+        if arg.keyword is not None:
+            if arg.keyword.value not in ("dtype", "non_blocking", "copy", "memory_format"):
+                return False
+            continue
+        value = arg.value
+        module, _, name = (ctx.qualify(value) or "").rpartition(".")
+        if not ((isinstance(value, cst.Attribute) and value.attr.value == "dtype") or (module == "torch" and name in DTYPES)):
+            return False
+    return True
 
 
 def _assignable(receiver: cst.BaseExpression, scope: Scope) -> str | None:

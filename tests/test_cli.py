@@ -739,7 +739,11 @@ def test_paths_outside_the_current_folder_are_shown_as_given(tmp_path):
 @pytest.mark.parametrize(
     "source, construct",
     [
-        ('import torch\nx = {"a": 1}\ny = f"{x["a"]}"\n', "an f-string with quotes, backslashes or comments inside its braces (PEP 701)"),
+        ('import torch\nx = {"a": 1}\ny = f"{x["a"]}"\n', "an f-string with quotes, backslashes, comments or line breaks inside its braces (PEP 701)"),
+        (
+            'import torch\nprint(\n    f"Saving {\n        "guided" if torch.cuda.is_available() else "plain"}"\n)\n',
+            "an f-string with quotes, backslashes, comments or line breaks inside its braces (PEP 701)",
+        ),
         ("import torch\ntype Device = str | torch.device\n", "a `type` statement (PEP 695)"),
         ("import torch\ndef first[T](items: list[T]) -> T:\n    return items[0].to('cuda')\n", "a type parameter list (PEP 695)"),
     ],

@@ -806,6 +806,36 @@ DPL302_MAY_BE_WRAPPED_CASES = {
         """,
         [],
     ),
+    "an access whose test is a conjunction ruling out the wrap's branch": (
+        """
+        import torch
+        def train(args, model, n_gpu):
+            if args.local_rank != -1:
+                model = ApexDDP(model)
+            elif n_gpu > 1:
+                model = torch.nn.DataParallel(model)
+            if args.deepscale and args.local_rank != -1:
+                model.disable_need_reduction()
+            if args.deepscale or args.fp16:
+                model.enable_need_reduction()
+        """,
+        [(10, "DPL302")],
+    ),
+    "a name unpacked from a call no longer holds the wrapper, here or in a helper it is passed to": (
+        """
+        import torch
+        import deepspeed
+        def save(model, path):
+            model.save_checkpoint(path)
+        def train(args, model, n_gpu):
+            if n_gpu > 1:
+                model = torch.nn.DataParallel(model)
+            model, optimizer, _, _ = deepspeed.initialize(args=args, model=model)
+            model.save_checkpoint(args.out)
+            save(model, args.out)
+        """,
+        [],
+    ),
     "one-line suites and a wrap in a loop": (
         """
         import torch.nn as nn

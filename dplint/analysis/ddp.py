@@ -420,6 +420,45 @@ def values_of(ctx: FileContext, scope: ScopeInfo, expr: cst.BaseExpression) -> L
     return [expr]
 
 
+def passed_argument(
+    ctx: FileContext, scope: ScopeInfo, call: cst.Call, keyword: str, index: Optional[int] = None
+) -> Tuple[bool, Optional[cst.BaseExpression]]:
+    """The argument passed as `keyword=` or at `index`, also through a `**mapping` splat of a dict literal
+    the scope binds the mapping to and never changes: (True, value), (True, None) where none is passed,
+    (False, None) where a splat may pass it and what the splat holds is unknown."""
+    explicit = argument(call, keyword, index)
+    if explicit is not None:
+        return True, explicit
+    for arg in call.args:
+        if arg.star != "**":
+            continue
+        name = dotted(arg.value)
+        values = values_of(ctx, scope, arg.value)
+        if len(values) != 1 or not isinstance(values[0], cst.Dict):
+            return False, None
+        if name is not None and _changes_mapping(scope, name):
+            return False, None
+        for element in values[0].elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+                return False, None  # a `**other` inside, or a key computed at run time
+            if element.key.evaluated_value == keyword:
+                return True, element.value
+    return True, None
+
+
+def _changes_mapping(scope: ScopeInfo, name: str) -> bool:
+    """Whether the scope changes the dict `name` after building it (`name[k] = v`, `name.update(...)`)."""
+    for small in iter_statements(scope):
+        if isinstance(small, cst.Assign) and any(
+            isinstance(t.target, cst.Subscript) and dotted(t.target.value) == name for t in small.targets
+        ):
+            return True
+        for call in iter_calls(small):
+            if isinstance(call.func, cst.Attribute) and dotted(call.func.value) == name and call.func.attr.value in ("update", "setdefault", "pop"):
+                return True
+    return False
+
+
 def branches(expr: cst.BaseExpression) -> List[cst.BaseExpression]:
     """`a if c else b` → [a, b]; anything else → [itself]."""
     if isinstance(expr, cst.IfExp):

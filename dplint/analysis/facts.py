@@ -1286,8 +1286,12 @@ def _wrapper_slots(
                         slots.append((slot, wrap[0], wrap[1], _condition_texts(text, wrap[2])))
                 if slots:
                     found[id(call)] = tuple(slots)
-            if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
-                latest[statement.targets[0].id] = wrap_of(statement.value, conditions)
+            if isinstance(statement, ast.Assign):
+                for target in statement.targets:
+                    if isinstance(target, ast.Name):
+                        latest[target.id] = wrap_of(statement.value, conditions)
+                    else:  # `model, opt, _, _ = deepspeed.initialize(model=model)`: what the call returned
+                        latest.update((name.id, None) for name in ast.walk(target) if isinstance(name, ast.Name))
 
         _walk_conditions(scope.body, (), visit)
     return found

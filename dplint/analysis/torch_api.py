@@ -35,6 +35,13 @@ ATTRIBUTE_WRAPPERS = {
 }
 
 
+# `torch.<name>`: the dtypes (a `Tensor.to` given only these casts, it does not move).
+DTYPES = frozenset(
+    """float32 float float64 double float16 half bfloat16 complex32 chalf complex64 cfloat complex128 cdouble uint8 uint16
+    uint32 uint64 int8 int16 short int32 int int64 long bool float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz""".split()
+)
+
+
 def call_returns_tensor(qualified: str) -> bool:
     """Whether calling the torch name `qualified` returns one tensor (every overload)."""
     module, _, last = qualified.rpartition(".")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Callable, Dict, FrozenSet, Generator, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
@@ -81,7 +82,8 @@ class WrapSite:
 
     def possible_under(self, path: Iterable[Condition]) -> bool:
         """False when the current path took the opposite branch of a condition this wrap needed."""
-        return not any(_excludes(needed, taken) for needed in self.conditions for taken in path)
+        taken = [implied for condition in path for implied in _implied(condition)]
+        return not any(_excludes(needed, fact) for condition in self.conditions for needed in _implied(condition) for fact in taken)
 
 
 State = Mapping[str, FrozenSet[WrapSite]]
@@ -389,6 +391,9 @@ class WrapFlow:
             members = {} if plain else self._member_sites(small.value, path)
             bound = [(target, sites, elements, members) for target in targets]
         state = dict(state)
+        # `model, opt, _, _ = deepspeed.initialize(model=model)`: each name unpacked holds what the call
+        # returned, not the wrapper it held before.
+        bound += [(element, frozenset(), frozenset(), {}) for target, *_ in bound for element in _unpacked(target)]
         for target, sites, elements, members in bound:
             name = dotted(target)
             if name is None:
@@ -565,6 +570,17 @@ def _sets_requires_grad_false(loop: cst.For) -> bool:
     return False
 
 
+def _unpacked(target: cst.BaseExpression) -> List[cst.BaseExpression]:
+    """The targets an unpacking assignment binds (`a, (b, *c)` → a, b, c); none for a single target."""
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        return []
+    found: List[cst.BaseExpression] = []
+    for element in target.elements:
+        value = element.value
+        found += _unpacked(value) or [value]
+    return found
+
+
 def _conjuncts(test: cst.BaseExpression) -> List[cst.BaseExpression]:
     """`a and not b and c` → [a, not b, c]."""
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
@@ -603,6 +619,29 @@ _OPS = {
     "<": lambda x, k: x < k,
     ">": lambda x, k: x > k,
 }
+
+
+@lru_cache(maxsize=None)
+def _implied(condition: Condition) -> Tuple[Condition, ...]:
+    """A condition and the parts it implies: each side of an `and` that holds, of an `or` that fails
+    (so that `if a and b:` rules out a wrap made under `not b`)."""
+    text, holds = condition
+    try:
+        test = cst.parse_expression(text)
+    except cst.ParserSyntaxError:
+        return (condition,)
+    parts: List[Condition] = [condition]
+    pending = [(test, holds)]
+    while pending:
+        test, holds = pending.pop()
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And if holds else cst.Or):
+            for side, side_holds in ((test.left, holds), (test.right, holds)):
+                while isinstance(side, cst.UnaryOperation) and isinstance(side.operator, cst.Not):
+                    side, side_holds = side.expression, not side_holds  # as a branch records `not c`
+                side = side.with_changes(lpar=(), rpar=())
+                parts.append((" ".join(cst.Module([]).code_for_node(side).split()), side_holds))
+                pending.append((side, side_holds))
+    return tuple(parts)
 
 
 def _excludes(needed: Condition, taken: Condition) -> bool:
