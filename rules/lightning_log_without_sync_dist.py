@@ -5,11 +5,11 @@ from typing import Iterator, Optional, Sequence
 import libcst as cst
 
 from dplint.analysis.context import FileContext
-from dplint.analysis.ddp import argument, is_literal
+from dplint.analysis.ddp import argument, is_literal, iter_scopes, iter_statements
 from dplint.analysis.execution import builders_of
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.inference import Inference, Kind
-from dplint.analysis.names import block_body, iter_calls, iter_small_statements
+from dplint.analysis.names import iter_calls
 from dplint.analysis.patterns import GuardedPattern
 from dplint.rule import Invalid, Report, Rule, Valid
 
@@ -208,32 +208,33 @@ class LogWithoutSyncDist(Rule):
     def check(self, ctx: FileContext) -> Iterator[Report]:
         inference = Inference.of(ctx)
         multi_process: Optional[bool] = None  # read at the first candidate: most files log nothing on epoch level
-        for statement in ctx.module.body:
-            if not (isinstance(statement, cst.ClassDef) and any(ctx.qualify(base.value) in LIGHTNING_MODULES for base in statement.bases)):
+        # Every class and method, also those defined under a module-level `if` or `try`.
+        for method_scope in iter_scopes(ctx.module):
+            method, owner = method_scope.node, method_scope.owner
+            if method is None or owner is None or method.name.value not in _EPOCH_LEVEL_HOOKS:
                 continue
-            for method in block_body(statement.body):
-                if not (isinstance(method, cst.FunctionDef) and method.name.value in _EPOCH_LEVEL_HOOKS):
+            if not any(ctx.qualify(base.value) in LIGHTNING_MODULES for base in owner.bases):
+                continue
+            for small in iter_statements(method_scope):
+                scope = inference.scope_of(small)
+                if scope is None:
                     continue
-                for small in iter_small_statements(block_body(method.body), into_functions=False):
-                    scope = inference.scope_of(small)
-                    if scope is None:
+                for call in iter_calls(small, into_lambdas=False):
+                    value = _logged_tensor_values(call)
+                    if value is None or not all(inference.kind(item, scope) is Kind.TENSOR for item in value):
                         continue
-                    for call in iter_calls(small, into_lambdas=False):
-                        value = _logged_tensor_values(call)
-                        if value is None or not all(inference.kind(item, scope) is Kind.TENSOR for item in value):
-                            continue
-                        if multi_process is None:
-                            # Lightning calls the hook: no program of the project reaches it, so the
-                            # calls searched are the whole project's.
-                            multi_process = _multi_process_trainer(ctx, ctx.line(call))
-                        if not multi_process:
-                            return
-                        yield Report(
-                            node=call,
-                            statement=small,
-                            message=f"`{ctx.short_code(call.func)}` in `{method.name.value}` logs this rank's own epoch value: without `sync_dist=True` no rank averages the others'.",
-                            help="Pass `sync_dist=True` (it averages the epoch value across the processes), or log a `torchmetrics.Metric` object, which syncs its own state.",
-                        )
+                    if multi_process is None:
+                        # Lightning calls the hook: no program of the project reaches it, so the
+                        # calls searched are the whole project's.
+                        multi_process = _multi_process_trainer(ctx, ctx.line(call))
+                    if not multi_process:
+                        return
+                    yield Report(
+                        node=call,
+                        statement=small,
+                        message=f"`{ctx.short_code(call.func)}` in `{method.name.value}` logs this rank's own epoch value: without `sync_dist=True` no rank averages the others'.",
+                        help="Pass `sync_dist=True` (it averages the epoch value across the processes), or log a `torchmetrics.Metric` object, which syncs its own state.",
+                    )
 
 
 def _logged_tensor_values(call: cst.Call) -> Optional[Sequence[cst.BaseExpression]]:
