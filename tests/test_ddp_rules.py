@@ -1316,3 +1316,22 @@ def test_the_local_rank_of_torchrun_through_the_cli(tmp_path):
     )  # fmt: skip
     assert "train.py:6:38: DPL519 `rank=` gets the local rank: on a second node two processes claim each global rank." in run.stdout
     assert run.returncode == 1
+
+
+def test_a_vendored_torch_library_calling_a_star_imported_name_under_a_rank_test_is_linted(tmp_path):
+    # A copy of DeepSpeed inside the project is a torch library: the execution model holds no summary of
+    # its files, so a star-imported name called in a rank test resolves to nothing (it raised KeyError).
+    write(tmp_path, "deepspeed/__init__.py", "")
+    write(tmp_path, "deepspeed/runtime/__init__.py", "")
+    write(tmp_path, "deepspeed/runtime/helpers.py", "def see_memory_usage(message):\n    print(message)\n")
+    write(tmp_path, "deepspeed/runtime/offload.py", """
+        import torch.distributed as dist
+        from deepspeed.runtime.helpers import *
+
+        def setup(param):
+            if dist.get_rank() == 0 and not see_memory_usage(param):
+                dist.barrier()
+        """)  # fmt: skip
+    result = lint(tmp_path, ("DPL507",))
+    assert not result.internal_errors
+    assert codes(result) == [("deepspeed/runtime/offload.py", 7, "DPL507")]

@@ -1234,7 +1234,9 @@ class ExecutionModel:
             if method == "__call__" and receiver[0] == "v" and receiver[1].startswith("G:") and receiver[1] not in self._assigned:
                 # A name the module neither defines nor imports by name: one of its `from X import *` (`from engine import *`).
                 name = receiver[1].rpartition(":")[2]
-                for module in self.files[from_file].summary.star_imports:
+                # A file the model holds no summary of (a vendored copy of a torch-like library) imports none known.
+                info = self.files.get(from_file)
+                for module in info.summary.star_imports if info is not None else ():
                     found = self.targets(("q", f"{module}.{name}"), from_file)
                     if found:
                         return found
