@@ -215,9 +215,9 @@ class RankConditionalCollective(Rule):
     code = "DPL507"
     preview = True
     preview_reason = (
-        "Measured 0.66 (19 true, 10 false, 8 moot): a forward through a model that runs no collective, a model reloaded "
-        "unwrapped, or broadcasts that rank 0 pairs with a wait loop on the others, is reported; the frameworks' collectives "
-        "made 2 findings on the 574 repositories, both true."
+        "Measured 0.70 on the 654 repositories of bench/wild (26 true, 11 false, 13 moot): a forward through a model that "
+        "runs no collective, a model reloaded unwrapped, or broadcasts that rank 0 pairs with a wait loop on the others, is "
+        "reported; the frameworks' collectives made 2 findings, both true."
     )
     name = "rank-conditional-collective"
     summary = "A collective (barrier, all_reduce, a DDP forward, ...) that only some ranks run: the job hangs."
