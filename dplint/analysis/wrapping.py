@@ -260,8 +260,9 @@ class WrapFlow:
                     yield Point(small, _possible(state, path), handled, path)
                     state = self._transfer(small, state, path)
                     if isinstance(small, cst.Assert):
-                        # `assert not distributed`: what follows runs only where it holds.
-                        path = (*path, *(self._condition(part) for part in _conjuncts(small.test)))
+                        # `assert not distributed`: what follows runs only where it holds (and, through
+                        # `_implied`, where each part of an `assert a and b` holds).
+                        path = (*path, self._condition(small.test))
             elif isinstance(statement, cst.If):
                 state = yield from self._if(statement, state, path, handled)
             elif isinstance(statement, (cst.For, cst.While)):
@@ -579,13 +580,6 @@ def _unpacked(target: cst.BaseExpression) -> List[cst.BaseExpression]:
         value = element.value
         found += _unpacked(value) or [value]
     return found
-
-
-def _conjuncts(test: cst.BaseExpression) -> List[cst.BaseExpression]:
-    """`a and not b and c` → [a, not b, c]."""
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return _conjuncts(test.left) + _conjuncts(test.right)
-    return [test]
 
 
 def _possible(state: Mapping[str, FrozenSet[WrapSite]], path: Tuple[Condition, ...]) -> Dict[str, FrozenSet[WrapSite]]:
