@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import FrozenSet, Iterator, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -22,9 +22,28 @@ DEVICE_LIKE = re.compile(r"cuda|cpu|gpu|mps|xpu|^\s*-?\d+\s*$", re.I)
 DEVICE_KEYWORDS = frozenset({"device", "map_location"})
 
 
-def is_valid(text: str) -> bool:
+def is_valid(text: str, backends: FrozenSet[str] = frozenset()) -> bool:
+    """Whether torch parses `text` as a device, given the out-of-tree device types the program registers."""
     match = DEVICE.fullmatch(text)
-    return match is not None and match.group("type") in DEVICE_TYPES
+    return match is not None and (match.group("type") in DEVICE_TYPES or match.group("type") in backends)
+
+
+def registered_backends(ctx: FileContext) -> FrozenSet[str]:
+    """Device types an out-of-tree backend adds in this file: a PrivateUse1 package registers its own name on import
+    (`import torch_npu` makes "npu" a device type, as torch_mlu and torch_musa do theirs), as does
+    `torch.utils.rename_privateuse1_backend("npu")`."""
+
+    def compute() -> FrozenSet[str]:
+        names = {module.split(".")[0][len("torch_") :] for module in ctx.imports.modules() if module.startswith("torch_")}
+        for statement in iter_small_statements(ctx.module.body):
+            for call in iter_calls(statement):
+                if ctx.qualify(call.func) == "torch.utils.rename_privateuse1_backend" and call.args:
+                    value = call.args[0].value
+                    if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
+                        names.add(value.evaluated_value)
+        return frozenset(names)
+
+    return ctx.memo("registered_backends", compute)
 
 
 def suggestion(text: str) -> Tuple[Optional[str], str]:
@@ -71,7 +90,9 @@ class InvalidDeviceString(Rule):
 
     ## Known problems
     Only literals written at the call are checked; a device string held in a variable is not
-    followed. In `.to(...)`, strings that do not look like a device at all are left alone, since
+    followed. An out-of-tree device type (`"npu"`) is accepted where the file imports its backend
+    package (`torch_npu`) or renames the PrivateUse1 backend itself; one registered in another file
+    of the program is reported. In `.to(...)`, strings that do not look like a device at all are left alone, since
     other libraries have `.to()` methods too (`quantity.to("meter")`).
     """
 
@@ -109,6 +130,20 @@ class InvalidDeviceString(Rule):
             import torch
             state = torch.load("ckpt.pt", map_location="cpu")
             x = torch.ones(2).to("mps").to(torch.float16)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch_npu  # registers the "npu" device type on import
+            device = torch.device(f"npu:{local_rank}" if torch.npu.is_available() else "cpu")
+            """
+        ),
+        Valid(
+            """
+            import torch
+            torch.utils.rename_privateuse1_backend("foo")
+            x = torch.zeros(3, device="foo:0")
             """
         ),
     ]
@@ -160,6 +195,21 @@ class InvalidDeviceString(Rule):
             """,
             line=2,
         ),
+        Invalid(
+            """
+            import torch
+            import torch_npu
+            device = torch.device(f"npu: {local_rank}")
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import torch
+            device = torch.device(f"npu:{rank}")  # no backend registers "npu" here
+            """,
+            line=2,
+        ),
     ]
 
     def applies_to(self, text: str, module_classes: Sequence[str], project: ProjectFacts) -> bool:
@@ -198,16 +248,17 @@ class InvalidDeviceString(Rule):
                 yield arg.value, method is not None
 
     def _check_argument(self, ctx: FileContext, node: cst.BaseExpression, must_look_like_device: bool, statement) -> Optional[Report]:
+        backends = registered_backends(ctx)
         for string in _strings(node):
             if isinstance(string, cst.SimpleString):
                 text = string.evaluated_value
-                if not isinstance(text, str) or is_valid(text):
+                if not isinstance(text, str) or is_valid(text, backends):
                     continue
                 if must_look_like_device and not DEVICE_LIKE.search(text):
                     continue
                 return self._report(ctx, string, text, statement)
             head = string.parts[0] if string.parts else None
-            if isinstance(head, cst.FormattedStringText) and len(string.parts) > 1 and _invalid_fstring_prefix(head.value):
+            if isinstance(head, cst.FormattedStringText) and len(string.parts) > 1 and _invalid_fstring_prefix(head.value, backends):
                 return self._report(ctx, string, head.value + "{…}", statement)
         return None
 
@@ -231,10 +282,10 @@ class InvalidDeviceString(Rule):
 _LITERAL = re.compile(r"""(?P<f>\b[fF])?(?P<quote>["'])(?P<content>[^"'\n]{0,24})(?P=quote)""")
 
 
-def _invalid_fstring_prefix(prefix: str) -> bool:
+def _invalid_fstring_prefix(prefix: str, backends: FrozenSet[str] = frozenset()) -> bool:
     """`f"cuda: {i}"`, `f"gpu:{i}"`: the constant part before the index is already wrong."""
     kind = prefix.split(":")[0]
-    return ":" in prefix and (" " in prefix or not is_valid(kind))
+    return ":" in prefix and (" " in prefix or not is_valid(kind, backends))
 
 
 def _strings(node: cst.BaseExpression) -> Iterator[cst.BaseExpression]:

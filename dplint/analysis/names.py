@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -267,3 +267,7 @@ class ImportMap:
 
     def imported(self, local: str) -> Optional[str]:
         return self._aliases.get(local)
+
+    def modules(self) -> FrozenSet[str]:
+        """The qualified names the file imports (modules, or names from them)."""
+        return frozenset(self._aliases.values())
