@@ -102,6 +102,16 @@ class GlobalRankAsDevice(Rule):
             mp.spawn(worker, args=(2,), nprocs=2)
             """
         ),
+        Valid(
+            """
+            import os
+            import torch
+            import torch.distributed as dist
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("gloo", rank=local_rank)  # DPL519: get_rank() returns this local rank
+            torch.cuda.set_device(dist.get_rank())
+            """
+        ),
     ]
     INVALID = [
         Invalid(

@@ -6,7 +6,8 @@ from typing import Iterator, Optional, Tuple
 import libcst as cst
 
 from dplint.analysis.context import FileContext
-from dplint.analysis.ddp import DISTRIBUTED_SAMPLERS, INIT_PROCESS_GROUP, ScopeInfo, argument, iter_scopes, scope_calls
+from dplint.analysis.ddp import DISTRIBUTED_SAMPLERS, ScopeInfo, argument, iter_scopes, scope_calls
+from dplint.analysis.torch_api import INIT_PROCESS_GROUP
 from dplint.analysis.names import iter_small_statements
 from dplint.rule import Invalid, Report, Rule, Valid
 

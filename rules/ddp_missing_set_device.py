@@ -8,8 +8,8 @@ import libcst as cst
 from dplint.analysis.names import signed_integer_value
 from dplint.analysis.context import FileContext
 from dplint.rule import Invalid, Report, Rule, Valid
+from dplint.analysis.torch_api import INIT_PROCESS_GROUP
 from dplint.analysis.ddp import (
-    INIT_PROCESS_GROUP,
     ScopeInfo,
     argument,
     branches,

@@ -20,7 +20,6 @@ from dplint.analysis.execution import ACCELERATOR_CLASS, DEEPSPEED_ENGINE, OPTIM
 
 DISTRIBUTED = "torch.distributed"
 DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
-INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
 # torch.distributed's collectives (2.13). All of them return None, or a work handle with async_op=True.
 COLLECTIVE_NAMES = frozenset(
     """barrier monitored_barrier all_reduce reduce broadcast all_gather all_gather_into_tensor gather scatter

@@ -36,7 +36,7 @@ from functools import cached_property, lru_cache
 from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dplint.analysis.modules import absolute_module
-from dplint.analysis.torch_api import DISTRIBUTED_DATA_PARALLEL, FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL
+from dplint.analysis.torch_api import DISTRIBUTED_DATA_PARALLEL, FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL, GROUP_RANK_GETTERS, INIT_PROCESS_GROUP
 
 # ----- truth per world --------------------------------------------------------------------------------
 
@@ -178,9 +178,8 @@ def builders_of(object_class: str) -> FrozenSet[str]:
 
 
 # Calls that start the process group (or a library's setup that does).
-GROUP_STARTERS = frozenset(
+GROUP_STARTERS = INIT_PROCESS_GROUP | frozenset(
     {
-        "torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group",
         "mmcv.runner.init_dist", "mmcv.runner.dist_utils.init_dist", "mmengine.dist.init_dist",
         "deepspeed.init_distributed", "deepspeed.comm.init_distributed", "horovod.torch.init",
         "colossalai.launch", "colossalai.launch_from_torch", "colossalai.launch_from_slurm",
@@ -1647,6 +1646,7 @@ class Evaluation:
         self._functions = functions  # the program's own: only their assignments count (None: every function's)
         self._values: Dict[str, Value] = {}
         self._evaluating: Set[str] = set()  # the variables whose assignments are being read (a cycle)
+        self._rank_passed: Optional[Value] = None  # what `dist.get_rank()` returns (`_group_rank`)
 
     def guard_truth(self, guard: Guard, filename: str, within: Truth = ALWAYS, bindings: Optional[Mapping[str, Value]] = None, depth: int = 0) -> Truth:
         found = within
@@ -1739,6 +1739,25 @@ class Evaluation:
             return self._call_value(expr, filename, bindings, depth)
         return UNIFORM_VALUE
 
+    def _group_rank(self, depth: int) -> Value:
+        """What `dist.get_rank()` returns in this program: the rank its `init_process_group` calls pass
+        (`rank=local_rank` makes it the local rank), the global rank where a call passes none (torchrun's
+        RANK) or the program starts no group itself."""
+        if self._rank_passed is None:
+            self._rank_passed = ("rank", "global")
+            passed: List[Value] = []
+            for filename, info in self.model.files.items():
+                for function in info.functions.values():
+                    if self._functions is not None and (filename, function.name) not in self._functions:
+                        continue
+                    for site in function.calls:
+                        if site.callee[0] == "q" and site.callee[1] in INIT_PROCESS_GROUP:
+                            rank = dict(site.keywords).get("rank", site.arguments[4] if len(site.arguments) > 4 else None)
+                            passed.append(self.value(rank, filename, None, depth + 1) if rank is not None else ("rank", "global"))
+            if passed and all(value == ("rank", "local") for value in passed):
+                self._rank_passed = ("rank", "local")
+        return self._rank_passed
+
     def _call_value(self, expr: Expr, filename: str, bindings: Optional[Mapping[str, Value]], depth: int) -> Value:
         callee, arguments, keywords = expr[1], expr[2], expr[3]
         if callee[0] == "q" and callee[1] in _LIBRARY_VALUES:
@@ -1746,6 +1765,8 @@ class Evaluation:
             if (arguments or keywords) and known in (("rank", "global"), ("world",)):
                 # `dist.get_rank(group=local_group)`: the rank within a subgroup (a node's, often), not the job's
                 return ("rank", "any") if known[0] == "rank" else UNIFORM_VALUE
+            if callee[1] in GROUP_RANK_GETTERS:
+                return self._group_rank(depth)
             return known
         if callee[0] == "q" and _optimizer_class(callee[1]):
             return ("object", OPTIMIZER)
