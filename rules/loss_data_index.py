@@ -47,7 +47,10 @@ class LossDataIndex(Rule):
 
     ## Known problems
     Only values traced to a reducing loss or a reduction without `dim` are reported; `x.data[0]` on
-    anything else may be a valid index into a vector.
+    anything else may be a valid index into a vector. A top-level helper of a module the project
+    imports, which no program reaches and no file names (a debug printer left behind), is left
+    alone: it never runs. The same helper in a module nothing in the project imports is reported,
+    since its callers are outside.
     """
 
     code = "DPL401"
@@ -138,7 +141,7 @@ class LossDataIndex(Rule):
         # A fix for every `.data[0]` of a line, or for none of them: never a half-migrated line.
         unknown_lines = {ctx.line(subscript) for subscript, reason, _, _ in found if reason is None}
         for subscript, reason, line, receiver in found:
-            if reason is None:
+            if reason is None or ctx.left_behind(subscript):
                 continue
             item = f"{ctx.code(receiver)}.item()"
             fix = None if ctx.line(subscript) in unknown_lines else FixSpec(f"Replace with `{item}`", (NodeEdit(subscript, item),))

@@ -284,3 +284,35 @@ def test_a_prepared_model_s_state_dict_breaks_a_bare_model_s_load(tmp_path, plug
     write(tmp_path, "demo.py", ACCELERATE_DEMO)
     result = dplint("--no-cache", "--preview", "--select", "DPL303,DPL312", ".", cwd=tmp_path)
     assert codes(result) == expected, result.stdout
+
+
+HELPER = (
+    "import torch\n\n\n"
+    "def pretty_print(v):\n"
+    "    print(v.max().data[0], v.min().data[0])\n\n\n"
+    "def average(values):\n"
+    "    return sum(values) / len(values)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "train, expected",
+    [
+        # The script imports the module but never the helper: code nothing runs cannot raise.
+        ("import torch\nimport utils\n\nprint(utils.average(torch.ones(2)))\n", []),
+        # Called by the script, or named where another file may call it: the IndexError is real.
+        ("import torch\nimport utils\n\nutils.pretty_print(x)\n", ["utils.py:5:11 DPL401", "utils.py:5:28 DPL401"]),
+        ("import torch\nfrom utils import pretty_print\n\nhooks = [pretty_print]\n", ["utils.py:5:11 DPL401", "utils.py:5:28 DPL401"]),
+        ("import torch\nfrom utils import *\n\nprint(average(torch.ones(2)))\n", ["utils.py:5:11 DPL401", "utils.py:5:28 DPL401"]),
+    ],
+)
+def test_a_loss_index_in_a_helper_nothing_uses_is_left_alone(tmp_path, train, expected):
+    write(tmp_path, "utils.py", HELPER)
+    write(tmp_path, "train.py", train)
+    assert codes(dplint("--select", "DPL401", ".", cwd=tmp_path)) == expected
+
+
+def test_a_loss_index_in_a_module_nothing_in_the_project_imports_is_reported(tmp_path):
+    # A library's surface: its callers are outside the project.
+    write(tmp_path, "utils.py", HELPER)
+    assert codes(dplint("--select", "DPL401", ".", cwd=tmp_path)) == ["utils.py:5:11 DPL401", "utils.py:5:28 DPL401"]

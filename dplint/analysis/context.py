@@ -202,6 +202,15 @@ class FileContext:
         None where no program's entry reaches it through the calls the project resolves."""
         return self.execution.where(self.line(node))
 
+    def left_behind(self, node: cst.CSTNode) -> bool:
+        """Whether the statement holding `node` is in a helper nothing uses: a top-level function of a
+        module the project imports, that no program reaches, no project function calls, and no file
+        names (nor may use unread: a star import, a file not read for calls)."""
+        name = self.execution.unreached_helper(self.line(node))
+        if name is None or len(re.findall(rf"\b{re.escape(name)}\b", self.source)) != 1:
+            return False  # its own file names it again: a callback, a table entry, an export
+        return self.project.calls_from_other_files(self.filename, name) == ()
+
     def local_where(self, node: cst.CSTNode) -> Optional[Where]:
         """Where the statement holding `node` runs each time its function is called (its own function's
         conditions: a rank test written there)."""

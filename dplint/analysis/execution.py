@@ -2077,6 +2077,24 @@ class FileExecution:
                 truth = found if truth is None else truth | found
         return Where(truth) if truth is not None else None
 
+    def unreached_helper(self, line: int) -> Optional[str]:
+        """The name of the top-level function holding the line where it is a helper no program reaches
+        and no function of the project calls, in a module the project imports (so not a surface left
+        for code outside the project); else None."""
+        found = self._function_at(line)
+        if found is None or self.filename not in self.model._imported:
+            return None
+        name = found[0]
+        function = (self.filename, name)
+        info = self.model.files.get(self.filename)
+        if info is None or name not in info.functions or info.functions[name].owner is not None:
+            return None
+        if name.count(".") != info.summary.module.count(".") + 1 or self.model._callers.get(function):
+            return None
+        if any(function in program.truth for program in self.model.programs):
+            return None
+        return name.rpartition(".")[2]
+
     def local_where(self, line: int) -> Optional[Where]:
         """Where the statement at the line runs each time its function is called: its own function's
         conditions alone (what a rank test written there does), in the programs that reach it (or, where
