@@ -36,6 +36,8 @@ DEFAULT_EXCLUDE = (
     ".bzr", ".direnv", ".eggs", ".git", ".hg", ".mypy_cache", ".nox", ".pants.d", ".pytest_cache",
     ".ruff_cache", ".dplint_cache", ".svn", ".tox", ".venv", "venv", "__pypackages__", "__pycache__",
     "_build", "buck-out", "build", "dist", "node_modules", "site-packages", "*.egg-info",
+    # A name holding a `{{ placeholder }}` is a project template's (cookiecutter, copier), not Python yet.
+    "*{{*}}*",
 )
 KEYS = ("select", "ignore", "extend-select", "per-file-ignores", "exclude", "extend-exclude", "preview")
 LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude")

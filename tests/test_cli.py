@@ -207,6 +207,15 @@ def test_exclude_and_explicit_files(tmp_path):
     assert dplint("generated/bad.py", cwd=tmp_path).returncode == 1
 
 
+def test_a_project_templates_placeholder_files_are_not_linted(tmp_path):
+    # cookiecutter fills `{{cookiecutter.name}}` in names and text at generation: not Python until then.
+    write(tmp_path, "templates/{{cookiecutter.name}}/model_{{cookiecutter.name}}.py", "class {{cookiecutter.cls}}:\n    pass\n")
+    write(tmp_path, "templates/model_{{cookiecutter.name}}.py", "{% if cookiecutter.tf %}\nimport tensorflow\n{% endif %}\n")
+    write(tmp_path, "train.py", DISCARDED)
+    result = dplint(".", cwd=tmp_path)
+    assert [line.split(":")[0] for line in result.stdout.splitlines() if ": DPL" in line] == ["train.py"]
+
+
 def test_noqa_comments(tmp_path):
     write(
         tmp_path,
