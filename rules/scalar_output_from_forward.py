@@ -50,12 +50,16 @@ class ScalarOutputFromForward(WrappedForwardRule):
     Statically, only losses created in the class (`self.criterion = nn.CrossEntropyLoss()`) and
     `torch.nn.functional` calls are recognised; a criterion passed in from outside is unknown. At
     runtime, reported only when every replica returns a 0-dim tensor at the same place in the output.
+    Statically, a class is left alone where every file that wraps it reduces what a call returned by
+    name (`loss = loss.mean()`, the `if n_gpu > 1:` idiom): the gathered vector is averaged, and only
+    the uneven weighting of a last, short batch remains.
     """
 
     code = "DPL305"
     name = "scalar-output-from-forward"
     summary = "`forward` of a DataParallel-wrapped module returns a 0-dim tensor, gathered into one value per replica."
-    triggers = GuardedPattern(r"loss|Loss|mean\(|sum\(", ["loss", "Loss", "mean(", "sum("])
+    # `F.cross_entropy` and `F.kl_div` are losses without the word (FUNCTIONAL_LOSSES).
+    triggers = GuardedPattern(r"loss|Loss|mean\(|sum\(|cross_entropy|kl_div", ["loss", "Loss", "mean(", "sum(", "cross_entropy", "kl_div"])
 
     VALID = [
         Valid(
@@ -96,6 +100,19 @@ class ScalarOutputFromForward(WrappedForwardRule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Classifier(nn.Module):
+                def forward(self, x, y):
+                    return F.cross_entropy(x, y)
+
+            model = nn.DataParallel(Classifier())
+            """,
+            line=6,
+        ),
         Invalid(
             """
             import torch.nn as nn
@@ -146,6 +163,11 @@ class ScalarOutputFromForward(WrappedForwardRule):
     def check(self, ctx: FileContext) -> Iterator[Report]:
         inference: Inference = Inference.of(ctx)
         for class_name, forward, scope, wraps in inference.wrapped_forwards():
+            # Where every wrapping file reduces the gathered values (`loss = loss.mean()`), only the
+            # last, uneven batch's weighting is left: too little to report.
+            wraps = [wrap for wrap in wraps if not wrap.output_reduced]
+            if not wraps:
+                continue
             scalars = ScalarLosses(ctx, scope, inference.classes[class_name])
             for statement in iter_small_statements(block_body(forward.body), into_functions=False):
                 if not isinstance(statement, cst.Return) or statement.value is None:

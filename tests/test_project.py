@@ -316,3 +316,40 @@ def test_a_loss_index_in_a_module_nothing_in_the_project_imports_is_reported(tmp
     # A library's surface: its callers are outside the project.
     write(tmp_path, "utils.py", HELPER)
     assert codes(dplint("--select", "DPL401", ".", cwd=tmp_path)) == ["utils.py:5:11 DPL401", "utils.py:5:28 DPL401"]
+
+
+SCALAR_LOSS_MODEL = (
+    "import torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+    "class Classifier(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.net = nn.Linear(4, 2)\n\n"
+    "    def forward(self, x, y):\n"
+    "        logits = self.net(x)\n"
+    "        loss = F.cross_entropy(logits, y)\n"
+    "        return loss, logits\n"
+)
+RUN = (
+    "import torch\nimport torch.nn as nn\nfrom model import Classifier\n\n"
+    "model = nn.DataParallel(Classifier().cuda())\n"
+    "for x, y in loader:\n"
+    "    loss, logits = model(x, y)\n"
+    "{reduce}"
+    "    loss.backward()\n"
+)
+
+
+@pytest.mark.parametrize(
+    "reduce, expected",
+    [
+        ("", ["model.py:13:9 DPL305"]),
+        # The caller averages the per-GPU values: only a short last batch's weighting is left.
+        ("    if torch.cuda.device_count() > 1:\n        loss = loss.mean()\n", []),
+        # A mean taken of something else does not reduce the gathered loss.
+        ("    accuracy = (logits.argmax(1) == y).float().mean()\n", ["model.py:13:9 DPL305"]),
+    ],
+)
+def test_a_scalar_loss_from_forward_is_left_alone_where_the_wrapping_file_reduces_it(tmp_path, reduce, expected):
+    write(tmp_path, "model.py", SCALAR_LOSS_MODEL)
+    write(tmp_path, "run.py", RUN.format(reduce=reduce))
+    assert codes(dplint("--select", "DPL305", ".", cwd=tmp_path)) == expected

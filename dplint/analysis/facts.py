@@ -92,6 +92,9 @@ class Wrap:
     # would import it; None when that is unknown.
     defined_in: Optional[str] = None
     distributed: bool = False
+    # Whether the wrapping file takes the mean (or sum) of what a call returned before using it
+    # (`loss = loss.mean()`): how DataParallel's callers turn the per-GPU values it gathers back into one.
+    output_reduced: bool = False
 
     def can_mean(self, module_name: str, filename: str) -> bool:
         """Whether the wrapped class can be the one of that name defined in `filename`.
@@ -244,6 +247,35 @@ class FileFacts:
         return tuple(info.name for info in self.classes)
 
 
+def _reduces_call_results(tree: ast.Module) -> bool:
+    """Whether a function of the file reduces a value a call returned, by name, before using it:
+    `loss, logits = model(x, y)` (or `outputs = model(x)`; `loss = outputs[0]`) then `loss = loss.mean()`."""
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+            continue
+        from_calls: Set[str] = set()
+        assignments = sorted((node for node in ast.walk(function) if isinstance(node, ast.Assign)), key=lambda node: node.lineno)
+        for assignment in assignments:
+            value = assignment.value
+            names = [element.id for target in assignment.targets for element in ast.walk(target) if isinstance(element, ast.Name)]
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and value.func.attr in ("mean", "sum")
+                and not value.args
+                and isinstance(value.func.value, ast.Name)
+                and value.func.value.id in from_calls
+                and names == [value.func.value.id]
+            ):
+                return True
+            base = value
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(value, ast.Call) or (isinstance(base, ast.Name) and base.id in from_calls and base is not value):
+                from_calls.update(names)
+    return False
+
+
 def module_identity(path: "os.PathLike[str] | str", packages: Optional[Dict[str, str]] = None) -> Tuple[str, str]:
     """The dotted module name of a file, and the package its relative imports start from.
 
@@ -353,6 +385,8 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
             visitor.visit(tree)
             names: _Names = visitor
             wraps, helpers = tuple(visitor.wraps), scan_parallel_helpers(tree, visitor.qualify, path)
+            if wraps and _reduces_call_results(tree):
+                wraps = tuple(replace(wrap, output_reduced=True) for wrap in wraps)
             attribute_wraps = scan_attribute_wraps(tree, text, visitor.qualify, path)
             returned_wraps = scan_returned_wraps(tree, text, visitor.qualify, path)
         else:
