@@ -1,14 +1,14 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Sequence
+from typing import FrozenSet, Iterator, Sequence
 
 import libcst as cst
 
 from dplint.analysis.context import FileContext
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.inference import Inference, Kind, Scope
-from dplint.analysis.names import dotted
+from dplint.analysis.names import descendants, dotted
 from dplint.analysis.outline import Outline
 from dplint.analysis.torch_api import DTYPES
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
@@ -50,7 +50,8 @@ class DiscardedTensorMove(Rule):
     ```
 
     A `.to()` given only a dtype (`mask.to(torch.float16)`, `bias.to(q.dtype)`) casts and moves
-    nothing: discarding it is not reported here.
+    nothing: discarding it is not reported here. Nor is a move written straight in a `try:` whose
+    handlers catch: it is made to see whether it raises (a probe for a usable GPU).
 
     ## Fix safety
     The fix assigns the result back (`x = x.to(device)`) for a local name or a `self.<attr>` that is
@@ -96,6 +97,19 @@ class DiscardedTensorMove(Rule):
     triggers = re.compile(r"\.(?:to|cuda|cpu)\(")
 
     VALID = [
+        Valid(
+            """
+            import torch
+            probe = torch.zeros(1)
+            usable = []
+            for i in range(8):
+                try:
+                    probe.to(device=i)  # raises for a GPU this process cannot use
+                    usable.append(i)
+                except RuntimeError:
+                    pass
+            """
+        ),
         Valid(
             """
             import torch
@@ -342,6 +356,18 @@ class DiscardedTensorMove(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            batch = torch.zeros(4, 3)
+            try:
+                batch.to("cuda")  # no handler: nothing is probed
+                out = model(batch)
+            finally:
+                release()
+            """,
+            line=4,
+        ),
         Invalid(
             """
             import torch
@@ -665,7 +691,7 @@ class DiscardedTensorMove(Rule):
                 if call.func.attr.value not in MOVES or _casts_only(ctx, call):
                     continue
                 receiver = call.func.value
-                if inference.kind(receiver, scope) is not Kind.TENSOR:
+                if inference.kind(receiver, scope) is not Kind.TENSOR or id(line) in _probes(ctx):
                     continue
                 yield self._report(ctx, small, call, receiver, scope)
 
@@ -688,6 +714,22 @@ class DiscardedTensorMove(Rule):
             fix=FixSpec(message=f"Assign the result to `{target}`", edits=(NodeEdit(statement, f"{target} = ", insert_before=True),)),
             statement=statement,
         )
+
+
+def _probes(ctx: FileContext) -> FrozenSet[int]:
+    """The statement lines written straight in a `try:` whose handlers catch: a move there is made to
+    see whether it raises (`try: t.to(device=i)` … `except: ...`, a probe for usable GPUs), not for
+    its result."""
+
+    def compute() -> FrozenSet[int]:
+        return frozenset(
+            id(statement)
+            for node in descendants(ctx.module)
+            if isinstance(node, cst.Try) and node.handlers
+            for statement in node.body.body
+        )
+
+    return ctx.memo("discarded-move-probes", compute)
 
 
 def _casts_only(ctx: FileContext, call: cst.Call) -> bool:
