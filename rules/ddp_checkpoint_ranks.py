@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -24,9 +23,8 @@ from dplint.analysis.ddp import (
 
 SAVE = frozenset({"torch.save", "torch.serialization.save"})
 LOAD = frozenset({"torch.load", "torch.serialization.load"})
-_EPOCH = re.compile(r"epoch", re.I)
 # Sharded checkpoints: there every rank must take part, and writes its own shard.
-_SHARDED = re.compile(r"FullyShardedDataParallel|fully_shard|torch\.distributed\.checkpoint|distributed_checkpoint|\bdcp\b")
+_SHARDING_MODULES = ("torch.distributed.fsdp", "torch.distributed._composable.fsdp", "torch.distributed.checkpoint")
 
 
 # What each process gets for itself: a temporary file or folder of its own, an in-memory buffer.
@@ -442,7 +440,7 @@ class CheckpointOnEveryRank(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        if _SHARDED.search(ctx.source):
+        if any(name.startswith(_SHARDING_MODULES) for name in ctx.imports.modules()):
             return
         for scope, call in _every_rank_calls(ctx, SAVE, 1, "f"):
             test, fix = _on_rank_zero(ctx, scope, call)
