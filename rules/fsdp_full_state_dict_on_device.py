@@ -1,17 +1,20 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, List, Optional
 
 import libcst as cst
 
 from dplint.analysis.context import FileContext
-from dplint.analysis.ddp import STATE_DICT_COLLECTIVES, ScopeInfo, is_literal, iter_scopes, passed_argument, scope_calls, values_of
+from dplint.analysis.ddp import STATE_DICT_COLLECTIVES, ScopeInfo, argument, is_literal, iter_scopes, passed_argument, scope_calls, values_of
+from dplint.analysis.names import Body, block_body, child_blocks, dotted
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.torch_api import FULLY_SHARDED_DATA_PARALLEL
 from dplint.rule import Invalid, Report, Rule, Valid
 
-# FSDP1's static methods that set the state dict type of every FSDP module under the one given.
-_SET_STATE_DICT_TYPE = frozenset(f"{cls}.{method}" for cls in FULLY_SHARDED_DATA_PARALLEL for method in ("state_dict_type", "set_state_dict_type"))
+# FSDP1's static methods that set the state dict type of every FSDP module under the one given: a context
+# manager, and a setter that holds until the next one.
+_STATE_DICT_TYPE_CONTEXT = frozenset(f"{cls}.state_dict_type" for cls in FULLY_SHARDED_DATA_PARALLEL)
+_SET_STATE_DICT_TYPE = frozenset(f"{cls}.set_state_dict_type" for cls in FULLY_SHARDED_DATA_PARALLEL)
 # `StateDictType` is defined in torch.distributed.fsdp.api and re-exported by the package and its FSDP module.
 _FULL_STATE_DICT = frozenset(
     f"torch.distributed.fsdp.{module}StateDictType.FULL_STATE_DICT" for module in ("", "api.", "fully_sharded_data_parallel.")
@@ -33,11 +36,14 @@ class FullStateDictOnDevice(Rule):
     """
     ## What it does
     Finds a full state dict of a sharded model taken without offloading it to the CPU:
-    `FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT)` (or `FSDP.set_state_dict_type`) with
-    no state dict config, or with a `FullStateDictConfig` whose `offload_to_cpu` is not `True`; and
+    `model.state_dict()` under `with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT)` (or
+    after `FSDP.set_state_dict_type` in the same function) with no state dict config, or with a
+    `FullStateDictConfig` whose `offload_to_cpu` is not `True`; and
     `torch.distributed.checkpoint.state_dict`'s `get_model_state_dict`, `get_optimizer_state_dict` or
     `get_state_dict` given `StateDictOptions(full_state_dict=True)` without `cpu_offload=True`. It is
-    reported at the call that sets the state dict up.
+    reported at the call that sets the state dict up. Loading a full state dict
+    (`model.load_state_dict` under `FULL_STATE_DICT`) unshards one FSDP unit at a time and is not
+    reported.
 
     ## Why is this bad?
     A full state dict unshards every parameter. `FullStateDictConfig` defaults to
@@ -73,7 +79,8 @@ class FullStateDictOnDevice(Rule):
     ## Known problems
     The options must be in view at the call: a `FullStateDictConfig(...)` or `StateDictOptions(...)`
     written there, or assigned once to a name by the same function. Options that come from a
-    parameter, another function or a `**kwargs` are not read, and nothing is reported. The size of the
+    parameter, another function or a `**kwargs` are not read, and nothing is reported; nor is a state
+    dict that a helper takes (`get_peft_model_state_dict(model)` under the `with`). The size of the
     model is not known: a model that fits on one GPU fits again when gathered, and the finding is then
     moot. Under `ShardingStrategy.NO_SHARD` every rank holds the whole model already, and FSDP refuses
     `offload_to_cpu=True` (`NotImplementedError`).
@@ -124,6 +131,17 @@ class FullStateDictOnDevice(Rule):
                 state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
                 if dist.get_rank() == 0:
                     torch.save(state, path)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
+
+            def load(model, path):
+                # loading unshards one FSDP unit at a time: nothing is gathered to keep
+                with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
+                    model.load_state_dict(torch.load(path, map_location="cpu"))
             """
         ),
         Valid(
@@ -193,16 +211,43 @@ class FullStateDictOnDevice(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
         for scope in iter_scopes(ctx.module):
-            for call in scope_calls(scope):
+            calls = scope_calls(scope)
+            managed = {item.item: statement for statement in _withs(scope.body) for item in statement.items}
+            for index, call in enumerate(calls):
                 qualified = ctx.qualify(call.func)
-                if qualified in _SET_STATE_DICT_TYPE:
-                    report = _fsdp1_report(ctx, scope, call)
+                if qualified in _STATE_DICT_TYPE_CONTEXT and call in managed:
+                    # Under the `with`: what its body runs.
+                    taken = _takes_state_dict(call, scope_calls(ScopeInfo(None, block_body(managed[call].body), None)))
+                    report = _fsdp1_report(ctx, scope, call) if taken else None
+                elif qualified in _SET_STATE_DICT_TYPE:
+                    report = _fsdp1_report(ctx, scope, call) if _takes_state_dict(call, calls[index + 1 :]) else None
                 elif qualified in _GETTERS:
                     report = _getter_report(ctx, scope, call, _GETTERS[qualified])
                 else:
                     continue
                 if report is not None:
                     yield report
+
+
+def _withs(body: Body) -> Iterator[cst.With]:
+    """The `with` statements of a scope's body (not of the functions in it)."""
+    for statement in body:
+        if isinstance(statement, cst.With):
+            yield statement
+        if isinstance(statement, cst.BaseCompoundStatement) and not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            for block in child_blocks(statement):
+                yield from _withs(block)
+
+
+def _takes_state_dict(setup: cst.Call, following: List[cst.Call]) -> bool:
+    """Whether `following` calls `state_dict()` on the module whose state dict type `setup` sets: loading a
+    full state dict (`load_state_dict`) unshards one FSDP unit at a time and gathers nothing to keep."""
+    module = argument(setup, "module", 0)
+    name = dotted(module) if module is not None else None
+    return name is not None and any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value == "state_dict" and dotted(call.func.value) == name
+        for call in following
+    )
 
 
 def _fsdp1_report(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Optional[Report]:

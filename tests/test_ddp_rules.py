@@ -1409,6 +1409,21 @@ def test_a_full_fsdp_state_dict_offloaded_sharded_or_with_options_not_in_view_is
                 state = model.state_dict()
             return state
         """)  # fmt: skip
+    # Loading a full state dict unshards one FSDP unit at a time (verl's layout: the state dict read inside
+    # is the unsharded reference model's); the setter's type is set for a state dict another function takes.
+    write(tmp_path, "loading.py", """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
+
+        class Worker:
+            def load_reference(self, reference):
+                with FSDP.state_dict_type(self.original_model, StateDictType.FULL_STATE_DICT):
+                    self.original_model.load_state_dict(reference.state_dict(), strict=True)
+
+            def prepare(self):
+                FSDP.set_state_dict_type(self.model, StateDictType.FULL_STATE_DICT)
+                self.model.load_state_dict(torch.load("init.pt", map_location="cpu"))
+        """)  # fmt: skip
     write(tmp_path, "dcp.py", """
         import torch
         import torch.distributed as dist
