@@ -81,8 +81,8 @@ class FullStateDictOnDevice(Rule):
     written there, or assigned once to a name by the same function. Options that come from a
     parameter, another function or a `**kwargs` are not read, and nothing is reported; nor is a state
     dict that a helper takes (`get_peft_model_state_dict(model)` under the `with`). The size of the
-    model is not known: a model that fits on one GPU fits again when gathered, and the finding is then
-    moot. Under `ShardingStrategy.NO_SHARD` every rank holds the whole model already, and FSDP refuses
+    model is not known: a model small enough that every GPU holds a gathered copy beside its training
+    state is saved all the same, and the finding is then moot. Under `ShardingStrategy.NO_SHARD` every rank holds the whole model already, and FSDP refuses
     `offload_to_cpu=True` (`NotImplementedError`).
     """
 
