@@ -46,6 +46,7 @@ STATIC_CODES = {
     "DPL519": True,
     "DPL522": True,
     "DPL523": True,
+    "DPL524": True,
 }
 # The codes that only the runtime hooks check.
 RUNTIME_ONLY_CODES = frozenset({
@@ -74,6 +75,7 @@ PREVIEW_CODES = frozenset({
     "DPL519",
     "DPL522",
     "DPL523",
+    "DPL524",
 })
 # Every rule's name and its code: a name is accepted wherever a code is.
 CODES_BY_NAME = {
@@ -124,6 +126,7 @@ CODES_BY_NAME = {
     "unused-parameters": "DPL521",
     "gather-for-metrics": "DPL522",
     "log-without-sync-dist": "DPL523",
+    "full-state-dict-on-device": "DPL524",
     "model-outside-strategy-scope": "DPL601",
 }
 # Precision in the wild, from the hand labels in bench/wild/labels.tsv: the repositories swept, and per

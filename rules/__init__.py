@@ -31,6 +31,7 @@ from dplint.rules.cuda_visible_devices import (
 from dplint.rules.device_index_beyond_visible import DeviceIndexBeyondVisible
 from dplint.rules.discarded_tensor_move import DiscardedTensorMove
 from dplint.rules.forward_mutates_module_state import ForwardMutatesModuleState
+from dplint.rules.fsdp_full_state_dict_on_device import FullStateDictOnDevice
 from dplint.rules.hard_coded_device_in_forward import HardCodedDeviceInForward
 from dplint.rules.invalid_device_string import InvalidDeviceString
 from dplint.rules.lightning_log_without_sync_dist import LogWithoutSyncDist
@@ -97,6 +98,7 @@ CHECKS: List[Type[Rule]] = [
     LocalRankAsGlobalRank,
     GatherForMetrics,
     LogWithoutSyncDist,
+    FullStateDictOnDevice,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [

@@ -1335,3 +1335,117 @@ def test_a_vendored_torch_library_calling_a_star_imported_name_under_a_rank_test
     result = lint(tmp_path, ("DPL507",))
     assert not result.internal_errors
     assert codes(result) == [("deepspeed/runtime/offload.py", 7, "DPL507")]
+
+
+# DPL524: a full FSDP state dict taken without CPU offload ------------------------------------------------
+def test_a_full_fsdp_state_dict_without_cpu_offload_is_reported_where_it_is_set_up(tmp_path):
+    write(tmp_path, "checkpointing.py", """
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def save_model_checkpoint(model, rank, path):
+            save_policy = FullStateDictConfig(rank0_only=True)
+            with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, save_policy):
+                cpu_state = model.state_dict()
+            if rank == 0:
+                torch.save(cpu_state, path)
+
+        def consolidate(model, path):
+            FSDP.set_state_dict_type(model, state_dict_type=StateDictType.FULL_STATE_DICT)
+            state = model.state_dict()
+            if dist.get_rank() == 0:
+                torch.save(state, path)
+        """)  # fmt: skip
+    write(tmp_path, "dcp.py", """
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.checkpoint import state_dict as dsd
+
+        def save(model, optimizer, path):
+            model_state, optim_state = dsd.get_state_dict(model, optimizer, options=dsd.StateDictOptions(full_state_dict=True, cpu_offload=False))
+            if dist.get_rank() == 0:
+                torch.save({"model": model_state, "optim": optim_state}, path)
+        """)  # fmt: skip
+    result = lint(tmp_path, ("DPL524",))
+    assert codes(result) == [("checkpointing.py", 9, "DPL524"), ("checkpointing.py", 15, "DPL524"), ("dcp.py", 7, "DPL524")]
+    messages = [f.message for f in sorted(result.findings, key=lambda f: (f.path, f.location.row))]
+    assert messages == [
+        "`FULL_STATE_DICT` without `offload_to_cpu=True`: `state_dict()` gathers the whole model into rank 0's GPU memory.",
+        "`FULL_STATE_DICT` without `offload_to_cpu=True`: `state_dict()` gathers the whole model into every rank's GPU memory.",
+        "`full_state_dict=True` without `cpu_offload=True`: every rank gathers the whole model and optimizer state into its GPU memory.",
+    ]
+
+
+def test_a_full_fsdp_state_dict_offloaded_sharded_or_with_options_not_in_view_is_silent(tmp_path):
+    # llama-recipes' layout: the policy is a module-level constant, offloaded and rank 0 only.
+    write(tmp_path, "checkpointing.py", """
+        import torch
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        fullstate_save_policy = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+
+        def save_model_checkpoint(model, rank, path):
+            with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, fullstate_save_policy):
+                cpu_state = model.state_dict()
+            if rank == 0:
+                torch.save(cpu_state, path)
+
+        def save_sharded(model, path):
+            with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+                dcp.save({"model": model.state_dict()}, checkpoint_id=path)
+
+        def save_configured(model, path, state_dict_config, **kwargs):
+            with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, state_dict_config):
+                state = model.state_dict()
+            with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, **kwargs):
+                state = model.state_dict()
+            config = FullStateDictConfig(offload_to_cpu=kwargs["offload"], rank0_only=True)
+            with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, config):
+                state = model.state_dict()
+            return state
+        """)  # fmt: skip
+    # Loading a full state dict unshards one FSDP unit at a time (verl's layout: the state dict read inside
+    # is the unsharded reference model's); the setter's type is set for a state dict another function takes.
+    write(tmp_path, "loading.py", """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
+
+        class Worker:
+            def load_reference(self, reference):
+                with FSDP.state_dict_type(self.original_model, StateDictType.FULL_STATE_DICT):
+                    self.original_model.load_state_dict(reference.state_dict(), strict=True)
+
+            def prepare(self):
+                FSDP.set_state_dict_type(self.model, StateDictType.FULL_STATE_DICT)
+                self.model.load_state_dict(torch.load("init.pt", map_location="cpu"))
+        """)  # fmt: skip
+    write(tmp_path, "dcp.py", """
+        import torch
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+
+        def save_full(model, optimizer, path):
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            model_state, optim_state = get_state_dict(model, optimizer, options=options)
+            if dist.get_rank() == 0:
+                torch.save({"model": model_state, "optim": optim_state}, path)
+
+        def save_sharded(model, path):
+            dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=path)
+            dcp.save({"model": get_model_state_dict(model, options=StateDictOptions(cpu_offload=True))}, checkpoint_id=path)
+
+        def snapshot(model, options, offload):
+            full = get_model_state_dict(model, options=options)
+            if offload:
+                chosen = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            else:
+                chosen = StateDictOptions(full_state_dict=True, cpu_offload=False)
+            return full, get_model_state_dict(model, options=chosen)
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL524",))) == []

@@ -789,6 +789,27 @@ def test_a_deepspeed_script_runs_on_cpu_ranks_and_its_rank_zero_checkpoint_stops
     assert (tmp_path / "ckpt" / "latest").read_text() == "global_step4"
 
 
+def test_an_fsdp2_script_runs_on_cpu_ranks_and_its_rank_zero_optimizer_state_dict_stops_at_the_scripts_line(tmp_path: Path) -> None:
+    # The model's full state dict is gathered on every rank without CPU offload (DPL524, static only: the
+    # ranks' memory is not measured); the optimizer's on rank 0 alone is the mismatch `dplint run` reports.
+    script = FIXTURES / "fsdp" / "train.py"
+    buggy = dplint_run("--nproc-per-node", "2", str(script), "--out", str(tmp_path / "full.pt"), cwd=tmp_path)
+    assert buggy.returncode == 1, buggy.stderr
+    [line] = buggy.stdout.splitlines()
+    place = spot_in(script, "get_optimizer_state_dict(model, optimizer, options=offloaded)")
+    assert line.startswith(f"{place}: DPL507 Collective mismatch: rank 0 is in dist.checkpoint.state_dict.get_optimizer_state_dict() at {place.rsplit(':', 1)[0]};")
+    gathered = spot_in(script, "get_model_state_dict(model, options=options)")
+    assert sorted(static_findings(FIXTURES / "fsdp")) == [
+        (f"train.py:{gathered.split(':', 1)[1]}", "DPL524"),
+        (f"train.py:{place.split(':', 1)[1]}", "DPL507"),
+    ]
+    fixed = dplint_run("--nproc-per-node", "2", str(FIXTURES / "fsdp_fixed" / "train.py"), "--out", str(tmp_path / "full.pt"), cwd=tmp_path)
+    assert (fixed.returncode, fixed.stdout) == (0, ""), fixed.stderr
+    saved = torch.load(tmp_path / "full.pt")
+    assert sorted(saved["model"]) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    assert all(tensor.device.type == "cpu" for tensor in saved["model"].values())
+
+
 ACCELERATE_DEEPSPEED = """\
 import torch
 from accelerate import Accelerator, DeepSpeedPlugin
