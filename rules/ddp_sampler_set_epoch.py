@@ -289,7 +289,10 @@ class DistributedSamplerSeedPerRank(Rule):
     ```
 
     ## Known problems
-    Only the `seed=` expression itself is read, not the values of the names in it.
+    A name in the seed is read for the values that reach it (`seed = args.seed + dist.get_rank()`
+    earlier in the function, an attribute set from the rank); a seed that depends on the rank on
+    one path only (`if args.x: seed += rank`) counts. A parameter counts as a rank where its callers
+    pass one (`mp.spawn`'s process index) or where it is named like one (`rank`, `local_rank`).
     """
 
     code = "DPL513"
@@ -315,6 +318,29 @@ class DistributedSamplerSeedPerRank(Rule):
             import torch
             torch.manual_seed(1234 + rank)  # per-rank augmentation seeds are fine
             sampler = torch.utils.data.DistributedSampler(dataset)
+            """
+        ),
+        Valid(
+            """
+            import torch.distributed as dist
+            from torch.utils.data import DistributedSampler
+
+            def build(args, dataset, epoch):
+                rank = dist.get_rank()
+                seed = args.seed + epoch  # the same on every rank
+                print(f"rank {rank}: seed {seed}")
+                return DistributedSampler(dataset, rank=rank, seed=seed)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.utils.data import DistributedSampler
+
+            def build(args, dataset, seed):
+                torch.manual_seed(seed + dist.get_rank())  # augmentation seed per rank
+                return DistributedSampler(dataset, seed=seed)  # a parameter: the caller's seed
             """
         ),
     ]
@@ -352,6 +378,18 @@ class DistributedSamplerSeedPerRank(Rule):
                 return DistributedSampler(dataset, seed=seed)
             """,
             line=6,
+        ),
+        Invalid(
+            """
+            import os
+            from torch.utils.data import DistributedSampler
+
+            def build(args, dataset):
+                rank = int(os.environ["RANK"])
+                seed = args.seed + rank
+                return DistributedSampler(dataset, shuffle=True, seed=seed)
+            """,
+            line=7,
         ),
     ]
 

@@ -1,14 +1,14 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, FrozenSet, Iterator, List, Mapping, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.inference import Inference
-from dplint.analysis.names import run_visitor
-from dplint.analysis.wrapping import WrapSite, describe, handled_names, holder, may_prepare_models, preparer, scopes, unwrapped
+from dplint.analysis.names import block_body, child_blocks, descendants, iter_calls, run_visitor
+from dplint.analysis.wrapping import WrapSite, describe, handled_names, holder, if_tests, may_prepare_models, preparer, scopes, unwrapped
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
@@ -66,11 +66,18 @@ class WrapperAttributeAccess(Rule):
     project class that is no `nn.Module` (`DDP(FixMatch(net))`, whose network is `.model`). Accelerate's
     `accelerator.unwrap_model(model)` gives the plain model back, prepared or not.
 
+    The same wrapper, tested with `hasattr(model, "encoder")` where the rule would report
+    `model.encoder` (in a statement, or as the test of an `if`), is reported too: the wrapper keeps the
+    model's attributes on `model.module`, so the test is False there and the fallback runs. Not where
+    the statement tells the cases apart by other means (`model.module` in the `else` branch), nor for
+    `hasattr(model, "module")`.
+
     ## Why is this bad?
     The wrapper holds the model as `model.module`; it does not forward attribute lookups. Reading
     `model.fc` raises `AttributeError`, typically only on the multi-GPU machine where the wrap
     happens. Setting `model.flag = True` silently sets it on the wrapper: the wrapped model never
-    sees it. (FSDP forwards attribute reads to the wrapped module and is not checked.)
+    sees it. `hasattr(model, "encoder")` is False on the wrapper: the branch meant for a model
+    without one runs, silently. (FSDP forwards attribute reads to the wrapped module and is not checked.)
 
     ## Example
     ```python
@@ -78,6 +85,8 @@ class WrapperAttributeAccess(Rule):
         model = nn.DataParallel(model)
     features = model.encode(images)
     model.use_dropout = False
+    if hasattr(model, "encoder"):  # False on the wrapper: the encoder is never frozen
+        model.encoder.requires_grad_(False)
     ```
 
     ## Use instead
@@ -85,6 +94,8 @@ class WrapperAttributeAccess(Rule):
     inner = getattr(model, "module", model)  # the plain model, wrapped or not
     features = inner.encode(images)  # note: bypasses DataParallel, runs on one GPU
     inner.use_dropout = False
+    if hasattr(inner, "encoder"):
+        inner.encoder.requires_grad_(False)
     ```
 
     ## Fix safety
@@ -107,6 +118,8 @@ class WrapperAttributeAccess(Rule):
     is a module (a `torch.nn` or torchvision constructor, an `nn.Module` class of the file): a model
     loaded by a library (`AutoModel.from_pretrained(...)`) or built by a class of another file is not
     followed, nor is an Accelerator built in another file (its plugins are not read there).
+    A `hasattr` test is not reported inside another `if` (or `elif` chain) that tests the same name:
+    that statement counts as telling the cases apart.
     """
 
     code = "DPL302"
@@ -284,8 +297,58 @@ class WrapperAttributeAccess(Rule):
             memory = model.encoder(src)  # DeepSpeed's engine forwards it to the model
             """
         ),
+        Valid(
+            """
+            import torch.nn as nn
+            if args.ngpu > 1:
+                model = nn.DataParallel(model)
+            if hasattr(model, "encoder"):
+                encoder = model.encoder
+            else:
+                encoder = model.module.encoder  # the wrapped case, told apart
+            core = model.module if hasattr(model, "module") else model
+            if hasattr(core, "decoder") and hasattr(model, "train"):  # the plain model; nn.Module's own
+                core.decoder.reset()
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            model = nn.DataParallel(model)
+            model.use_amp = True  # set on the wrapper itself: hasattr finds it there
+            if hasattr(model, "use_amp"):
+                scaler = make_scaler()
+            """
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def finetune(model, args):
+                if torch.cuda.device_count() > 1:
+                    model = nn.DataParallel(model)
+                if hasattr(model, "encoder"):  # False on the wrapper: the encoder is never frozen
+                    model.encoder.requires_grad_(False)
+                return model
+            """,
+            line=7,
+        ),
+        Invalid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            class Trainer:
+                def __init__(self, net, rank):
+                    self.net = DDP(net, device_ids=[rank])
+
+                def embed(self, x):
+                    return self.net.embed(x) if hasattr(self.net, "embed") else self.net(x)
+            """,
+            line=8,
+        ),
         Invalid(
             """
             import torch.nn as nn
@@ -419,13 +482,21 @@ class WrapperAttributeAccess(Rule):
         )
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
+        tests = if_tests(ctx)
+        entered = _hasattr_ifs(ctx)
         for points in scopes(ctx):
             # Attributes the scope has set on a name while it may hold a wrapper: the wrapper has them then
             # (yolov5 sets `model.class_weights` on whatever `model` is, and reads it back).
             set_on_wrapper: Set[Tuple[str, str]] = set()
             for point in points:
+                # An `if hasattr(...)` test runs before its body's first statement, with the state it was reached in.
+                for statement in entered.get(id(point.statement), ()):
+                    if id(statement) in tests:
+                        wrapped, handled = tests[id(statement)]
+                        yield from _hasattr_tests(ctx, statement.test, statement, wrapped, handled, set_on_wrapper)
                 wrapped = {name: sites for name, sites in point.wrapped.items() if name not in point.handled}
                 if wrapped:
+                    yield from _hasattr_tests(ctx, point.statement, point.statement, wrapped, point.handled, set_on_wrapper)
                     yield from self._accesses(ctx, point.statement, wrapped, set_on_wrapper)
 
     def _accesses(
@@ -472,6 +543,73 @@ class WrapperAttributeAccess(Rule):
                 statement=small,
                 fix=fix,
             )
+
+
+def _hasattr_tests(
+    ctx: FileContext,
+    node: cst.CSTNode,
+    statement: cst.CSTNode,
+    wrapped: Mapping[str, FrozenSet[WrapSite]],
+    handled: FrozenSet[str],
+    set_on_wrapper: Set[Tuple[str, str]],
+) -> Iterator[Report]:
+    """`hasattr(model, "encoder")` in `node` (a small statement, or the test of the `if` statement) where
+    `model` may hold a wrapper, which lacks the attribute: False there, whatever the model has. Not
+    where the wrapper has it (its own attributes, nn.Module's, one the scope set on it) or where the
+    statement tells the cases apart by other means (`model.module` in the fallback branch)."""
+    found = []
+    for call in iter_calls(node):
+        if not (isinstance(call.func, cst.Name) and call.func.value == "hasattr" and len(call.args) == 2):
+            continue
+        owner = holder(call.args[0].value)
+        attribute = call.args[1].value
+        if owner is None or owner not in wrapped or owner in handled or not isinstance(attribute, cst.SimpleString):
+            continue
+        name = attribute.evaluated_value
+        if not isinstance(name, str) or name in WRAPPER_ATTRIBUTES or name.startswith("_") or (owner, name) in set_on_wrapper:
+            continue
+        found.append((call, owner, name))
+    if not found:
+        return
+    told_apart = handled_names(statement, frozenset(id(call) for call, _, _ in found))
+    for call, owner, name in found:
+        if owner in told_apart:
+            continue
+        wrapper, where, _ = describe(wrapped[owner], ctx)
+        shown = ctx.short_code(call.args[0].value, 30) if owner.endswith("[]") else owner
+        yield Report(
+            node=call,
+            message=f"`hasattr({shown}, '{name}')` is always False on the {wrapper} wrapper ({where}).",
+            help=f"The wrapper keeps the model's attributes on `{shown}.module`: test `hasattr({unwrapped(wrapped[owner], shown)}, '{name}')`.",
+            statement=statement,
+        )
+
+
+def _hasattr_ifs(ctx: FileContext) -> Dict[int, List[cst.If]]:
+    """The `if`/`elif` statements whose test calls `hasattr`, by the `id` of the first small statement
+    their body runs (the flow's first point after the test)."""
+    entered: Dict[int, List[cst.If]] = {}
+    if "hasattr(" not in ctx.source:
+        return entered
+    for node in descendants(ctx.module):
+        if isinstance(node, cst.If) and any(isinstance(call.func, cst.Name) and call.func.value == "hasattr" for call in iter_calls(node.test)):
+            first = _first_statement(block_body(node.body))
+            if first is not None:
+                entered.setdefault(id(first), []).append(node)
+    return entered
+
+
+def _first_statement(body: Sequence[cst.BaseStatement]) -> Optional[cst.BaseSmallStatement]:
+    """The first small statement that running `body` reaches (nested blocks entered, definitions skipped)."""
+    for statement in body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(statement, cst.SimpleStatementLine):
+            return statement.body[0]
+        if isinstance(statement, cst.BaseCompoundStatement):
+            return _first_statement(next(iter(child_blocks(statement)), ()))
+        return None
+    return None
 
 
 def _model_reads(ctx: FileContext, sites: FrozenSet[WrapSite], name: str) -> bool:

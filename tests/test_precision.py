@@ -867,6 +867,150 @@ def test_wrapper_attribute_message_names_the_wrap_line_and_condition():
     )
 
 
+DPL302_HASATTR_CASES = {
+    "an `if hasattr` test on the wrapper, without an else that reaches `.module`": (
+        """
+        import torch
+        import torch.nn as nn
+
+        def finetune(model, loader):
+            if torch.cuda.device_count() > 1:
+                model = nn.DataParallel(model)
+            for batch in loader:
+                if hasattr(model, "encoder"):
+                    model.encoder.requires_grad_(False)
+                model(batch).sum().backward()
+        """,
+        [(8, "DPL302")],
+    ),
+    "a hasattr in a statement, in an elif, and at module level": (
+        """
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        net = nn.DataParallel(Net())
+        if hasattr(net, "reset"):
+            net.reset()
+
+        def step(model, args):
+            if args.distributed:
+                model = DDP(model)
+            use_head = hasattr(model, "head")
+            if args.freeze:
+                pass
+            elif hasattr(model, "backbone"):
+                model.backbone.train()
+            return use_head
+        """,
+        [(4, "DPL302"), (10, "DPL302"), (13, "DPL302")],
+    ),
+    "the standard unwrapping test and the wrapper's own attributes are silent": (
+        """
+        import torch.nn as nn
+        model = nn.DataParallel(model)
+        if hasattr(model, "module"):
+            inner = model.module
+        if hasattr(model, "no_sync") or hasattr(model, "parameters") or hasattr(model, "device_ids"):
+            pass
+        plain = model.module if hasattr(model, "module") else model
+        has_encoder = hasattr(plain, "encoder")
+        """,
+        [],
+    ),
+    "a test whose fallback reaches `.module` tells the cases apart": (
+        """
+        import torch.nn as nn
+
+        def encoder_of(model, args):
+            if args.multi_gpu:
+                model = nn.DataParallel(model)
+            if hasattr(model, "encoder"):
+                return model.encoder
+            else:
+                return model.module.encoder
+
+        def decoder_of(model):
+            model = nn.DataParallel(model)
+            return model.decoder if hasattr(model, "decoder") else model.module.decoder
+        """,
+        [],
+    ),
+    "the branch where the name is not wrapped, and an attribute set on the wrapper": (
+        """
+        import torch.nn as nn
+
+        def run(model, args):
+            if args.ngpu > 1:
+                model = nn.DataParallel(model)
+            else:
+                if hasattr(model, "encoder"):
+                    model.encoder.eval()
+            model.log_every = 10
+            if hasattr(model, "log_every"):
+                print(model.log_every)
+        """,
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", DPL302_HASATTR_CASES.values(), ids=DPL302_HASATTR_CASES.keys())
+def test_wrapper_hasattr(source, expected):
+    assert findings(source, ["DPL302"]) == expected
+
+
+def test_wrapper_hasattr_message():
+    source = """
+    import torch.nn as nn
+    model = nn.DataParallel(model)
+    if hasattr(model, "encoder"):
+        model.encoder.eval()
+    """
+    [finding] = lint_source(textwrap.dedent(source).lstrip("\n"), "case.py", select=["DPL302"])
+    assert finding.message == (
+        "`hasattr(model, 'encoder')` is always False on the DataParallel wrapper (line 2)."
+    )
+    assert finding.help == (
+        "The wrapper keeps the model's attributes on `model.module`: test `hasattr(getattr(model, \"module\", model), 'encoder')`."
+    )
+
+
+DPL513_NAME_CASES = {
+    "a seed built from the rank earlier in the function": (
+        """
+        import os
+        import torch.distributed as dist
+        from torch.utils.data import DistributedSampler
+
+        def loaders(args, train_set, val_set):
+            seed = args.seed + dist.get_rank()
+            rank = int(os.environ["RANK"])
+            base = args.seed * rank
+            return DistributedSampler(train_set, seed=seed), DistributedSampler(val_set, seed=base)
+        """,
+        [(9, "DPL513"), (9, "DPL513")],
+    ),
+    "a seed the same on every rank, or a parameter, is silent": (
+        """
+        import torch
+        import torch.distributed as dist
+        from torch.utils.data import DistributedSampler
+
+        def loaders(args, dataset, epoch, seed):
+            shared = args.seed
+            per_epoch = 42 + epoch
+            torch.manual_seed(args.seed + dist.get_rank())
+            return [DistributedSampler(dataset, seed=s) for s in (shared, per_epoch)], DistributedSampler(dataset, seed=seed)
+        """,
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("source, expected", DPL513_NAME_CASES.values(), ids=DPL513_NAME_CASES.keys())
+def test_sampler_seed_through_a_name(source, expected):
+    assert findings(source, ["DPL513"]) == expected
+
+
 # Accelerate: `accelerator.prepare` hands a module back wrapped in DDP when the script runs in several
 # processes (accelerate 1.15's `prepare_model`); a model `Net` of the file, an optimizer beside it.
 ACCELERATE_HEAD = """\

@@ -169,10 +169,11 @@ def unwrapped(sites: FrozenSet[WrapSite], shown: str) -> str:
     return f"{accelerator}.unwrap_model({shown})" if accelerator is not None else f'getattr({shown}, "module", {shown})'
 
 
-def handled_names(node: cst.CSTNode) -> Set[str]:
+def handled_names(node: cst.CSTNode, ignored: FrozenSet[int] = frozenset()) -> Set[str]:
     """Names whose wrapped and unwrapped cases `node` tells apart: `hasattr(m, "module")`,
-    `isinstance(m, ...)`, `getattr(m, "module", ...)`, or a read of `m.module`."""
-    finder = _HandledFinder()
+    `isinstance(m, ...)`, `getattr(m, "module", ...)`, or a read of `m.module`; the calls in `ignored`
+    (by `id`) do not count."""
+    finder = _HandledFinder(ignored)
     run_visitor(node, finder)
     return finder.names[0]
 
@@ -191,7 +192,8 @@ def handled_by_if(ctx: FileContext) -> Dict[int, FrozenSet[str]]:
 class _HandledFinder(cst.CSTVisitor):
     """Collects handled names per `if` statement; a nested function's names stay its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, ignored: FrozenSet[int] = frozenset()) -> None:
+        self.ignored = ignored
         self.names: List[Set[str]] = [set()]
         self.by_if: Dict[int, FrozenSet[str]] = {}
 
@@ -209,7 +211,9 @@ class _HandledFinder(cst.CSTVisitor):
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.names.pop()
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: cst.Call) -> Optional[bool]:
+        if id(node) in self.ignored:
+            return False
         if isinstance(node.func, cst.Name) and node.func.value in ("hasattr", "isinstance", "getattr") and node.args:
             name = dotted(node.args[0].value)
             if name is not None:
@@ -228,6 +232,8 @@ class WrapFlow:
     def __init__(self, ctx: FileContext, classes: Mapping[str, str] = ATTRIBUTE_WRAPPERS) -> None:
         self.ctx = ctx
         self.classes = classes
+        # Per `if`/`elif` (by `id`): the wraps that may reach its test and the names handled there.
+        self.tests: Dict[int, Tuple[Dict[str, FrozenSet[WrapSite]], FrozenSet[str]]] = {}
 
     def points(
         self,
@@ -303,6 +309,7 @@ class WrapFlow:
         return state
 
     def _if(self, statement: cst.If, state, path, handled):
+        self.tests[id(statement)] = (_possible(state, path), handled)
         test, holds = self._condition(statement.test)
         checked = handled_by_if(self.ctx).get(id(statement), frozenset())  # the test, or a branch reaching `m.module`
         inner = handled | frozenset(checked)
@@ -826,7 +833,19 @@ def scopes(ctx: FileContext) -> List[List[Point]]:
 
 
 def _points_by_scope(ctx: FileContext) -> Dict[Optional[cst.FunctionDef], List[Point]]:
-    return ctx.memo("wrap-scopes", lambda: {node: list(points) for node, points in _walk_scopes(ctx)})
+    return ctx.memo("wrap-scopes", lambda: {node: list(points) for node, points in _walk_scopes(ctx, _scope_flow(ctx))})
+
+
+def _scope_flow(ctx: FileContext) -> WrapFlow:
+    """The flow that walks the scopes of `scopes`; its `tests` fill as they are walked."""
+    return ctx.memo("wrap-scope-flow", lambda: WrapFlow(ctx))
+
+
+def if_tests(ctx: FileContext) -> Dict[int, Tuple[Dict[str, FrozenSet[WrapSite]], FrozenSet[str]]]:
+    """For each `if`/`elif` that `scopes` reaches (by `id`): the wraps that may reach its test, and the
+    names the code handles there (an `if` statement's own checks count only inside it)."""
+    _points_by_scope(ctx)
+    return _scope_flow(ctx).tests
 
 
 def wrapped_names(ctx: FileContext, scope: ScopeInfo, classes: Mapping[str, str] = DDP_CLASSES) -> FrozenSet[str]:
@@ -865,8 +884,7 @@ def _fsdp(sites: FrozenSet[WrapSite]) -> bool:
     return any(site.wrapper == "FullyShardedDataParallel" for site in sites)
 
 
-def _walk_scopes(ctx: FileContext) -> Iterator[Tuple[Optional[cst.FunctionDef], Iterable[Point]]]:
-    flow = WrapFlow(ctx)
+def _walk_scopes(ctx: FileContext, flow: WrapFlow) -> Iterator[Tuple[Optional[cst.FunctionDef], Iterable[Point]]]:
     module_points = list(flow.points(ctx.module.body))
     yield None, module_points
     module_calls: Dict[str, List[Point]] = {}  # the module's statements that call each name
