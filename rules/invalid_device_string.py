@@ -248,17 +248,22 @@ class InvalidDeviceString(Rule):
                 yield arg.value, method is not None
 
     def _check_argument(self, ctx: FileContext, node: cst.BaseExpression, must_look_like_device: bool, statement) -> Optional[Report]:
-        backends = registered_backends(ctx)
         for string in _strings(node):
             if isinstance(string, cst.SimpleString):
                 text = string.evaluated_value
-                if not isinstance(text, str) or is_valid(text, backends):
+                # The file's backends are looked up only for a string torch's own types reject.
+                if not isinstance(text, str) or is_valid(text) or is_valid(text, registered_backends(ctx)):
                     continue
                 if must_look_like_device and not DEVICE_LIKE.search(text):
                     continue
                 return self._report(ctx, string, text, statement)
             head = string.parts[0] if string.parts else None
-            if isinstance(head, cst.FormattedStringText) and len(string.parts) > 1 and _invalid_fstring_prefix(head.value, backends):
+            if (
+                isinstance(head, cst.FormattedStringText)
+                and len(string.parts) > 1
+                and _invalid_fstring_prefix(head.value)
+                and _invalid_fstring_prefix(head.value, registered_backends(ctx))
+            ):
                 return self._report(ctx, string, head.value + "{…}", statement)
         return None
 
