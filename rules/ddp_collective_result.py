@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterator, Optional, Sequence
+from typing import Dict, Iterator, Optional, Sequence, Set
 
 import libcst as cst
 
-from dplint.analysis.names import run_visitor
+from dplint.analysis.names import names_in, run_visitor
 from dplint.analysis.context import FileContext
 from dplint.edits import code_at, indentation
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
@@ -64,6 +64,15 @@ class CollectiveResultAssigned(Rule):
     VALID = [
         Valid(
             """
+            import torch
+            import torch.distributed as dist
+            parts = [torch.empty_like(ids) for _ in range(dist.get_world_size())]
+            ids = dist.all_gather(parts, ids)  # the None is replaced on the next line, unread
+            ids = torch.cat(parts)
+            """
+        ),
+        Valid(
+            """
             import torch.distributed as dist
             dist.all_reduce(loss)
             loss /= dist.get_world_size()
@@ -108,6 +117,19 @@ class CollectiveResultAssigned(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch.distributed as dist
+            loss = dist.all_reduce(loss)
+            loss = loss / dist.get_world_size()  # reads the None
+            """,
+            line=2,
+            expected_fix="""
+            import torch.distributed as dist
+            dist.all_reduce(loss)
+            loss = loss / dist.get_world_size()  # reads the None
+            """,
+        ),
         Invalid(
             """
             import torch.distributed as dist
@@ -239,14 +261,40 @@ def _result_used(text: str, call: "re.Match[str]") -> bool:
     return False
 
 
+def _assigned_name(statement: cst.BaseStatement) -> Optional[str]:
+    """The name a statement line of one plain assignment (`x = ...`) binds."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        assign = statement.body[0]
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+            return assign.targets[0].target.value
+    return None
+
+
 class _UsedResults(cst.CSTVisitor):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.found: list = []
         self.assignments: Dict[int, cst.Assign] = {}  # by the `id` of the value assigned
+        self.overwritten: Set[int] = set()  # values assigned to a name the next statement rebinds unread
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._note_overwritten(node.body)
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._note_overwritten(node.body)
+
+    def _note_overwritten(self, body: Sequence[cst.BaseStatement]) -> None:
+        """`x = dist.all_gather(xs, x)` with the next statement `x = torch.cat(xs)`: the `None` is
+        replaced before anything reads it."""
+        for statement, following in zip(body, body[1:]):
+            name = _assigned_name(statement)
+            if name is not None and _assigned_name(following) == name:
+                value = following.body[0].value  # type: ignore[union-attr]
+                if name not in names_in(value):
+                    self.overwritten.add(id(statement.body[0].value))  # type: ignore[union-attr]
 
     def _check(self, value: Optional[cst.BaseExpression]) -> None:
-        if not isinstance(value, cst.Call):
+        if not isinstance(value, cst.Call) or id(value) in self.overwritten:
             return
         name = collective_name(self.ctx, value)
         if name is None:
