@@ -29,12 +29,13 @@ def is_valid(text: str, backends: FrozenSet[str] = frozenset()) -> bool:
 
 
 def registered_backends(ctx: FileContext) -> FrozenSet[str]:
-    """Device types an out-of-tree backend adds in this file: a PrivateUse1 package registers its own name on import
-    (`import torch_npu` makes "npu" a device type, as torch_mlu and torch_musa do theirs), as does
-    `torch.utils.rename_privateuse1_backend("npu")`."""
+    """Device types an out-of-tree backend adds to the program: a PrivateUse1 package registers its own name on
+    import, wherever the project imports it (`import torch_npu` makes "npu" a device type, as torch_mlu and
+    torch_musa do theirs), as does `torch.utils.rename_privateuse1_backend("npu")` in this file."""
 
     def compute() -> FrozenSet[str]:
-        names = {module.split(".")[0][len("torch_") :] for module in ctx.imports.modules() if module.startswith("torch_")}
+        packages = {module.split(".")[0] for module in ctx.imports.modules()} | ctx.project.imported_packages
+        names = {package[len("torch_") :] for package in packages if package.startswith("torch_")}
         for statement in iter_small_statements(ctx.module.body):
             for call in iter_calls(statement):
                 if ctx.qualify(call.func) == "torch.utils.rename_privateuse1_backend" and call.args:
@@ -90,9 +91,9 @@ class InvalidDeviceString(Rule):
 
     ## Known problems
     Only literals written at the call are checked; a device string held in a variable is not
-    followed. An out-of-tree device type (`"npu"`) is accepted where the file imports its backend
-    package (`torch_npu`) or renames the PrivateUse1 backend itself; one registered in another file
-    of the program is reported. In `.to(...)`, strings that do not look like a device at all are left alone, since
+    followed. An out-of-tree device type (`"npu"`) is accepted where a file of the project imports
+    its backend package (`torch_npu`, at any depth) or this file renames the PrivateUse1 backend
+    itself. In `.to(...)`, strings that do not look like a device at all are left alone, since
     other libraries have `.to()` methods too (`quantity.to("meter")`).
     """
 

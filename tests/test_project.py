@@ -353,3 +353,16 @@ def test_a_scalar_loss_from_forward_is_left_alone_where_the_wrapping_file_reduce
     write(tmp_path, "model.py", SCALAR_LOSS_MODEL)
     write(tmp_path, "run.py", RUN.format(reduce=reduce))
     assert codes(dplint("--select", "DPL305", ".", cwd=tmp_path)) == expected
+
+
+@pytest.mark.parametrize(
+    "device_setup, expected",
+    [
+        ("import torch\n\n\ndef setup():\n    import torch_npu  # registers the npu device type\n", []),
+        ("import torch\n\n\ndef setup():\n    pass\n", ["train.py:3:23 DPL102"]),
+    ],
+)
+def test_a_device_type_registered_by_a_backend_another_file_imports_is_accepted(tmp_path, device_setup, expected):
+    write(tmp_path, "device.py", device_setup)
+    write(tmp_path, "train.py", "import torch\nimport device\ndevice = torch.device(f\"npu:{rank}\")\n")
+    assert codes(dplint("--select", "DPL102", ".", cwd=tmp_path)) == expected

@@ -1530,6 +1530,15 @@ class ProjectFacts:
         return (filename, function) if filename else None
 
     @cached_property
+    def imported_packages(self) -> FrozenSet[str]:
+        """The top-level packages some project file imports, at any depth (`import torch_npu` inside a function too)."""
+        found: Set[str] = set()
+        for facts in self.files.values():
+            lazy = facts.distributed.lazy_imports if facts.distributed is not None else ()
+            found.update(module.split(".")[0] for module in (*facts.imports, *facts.nested_imports, *lazy))
+        return frozenset(found)
+
+    @cached_property
     def wrapper_receivers(self) -> FrozenSet[str]:
         """Names of project functions that some call passes a wrapper to (a cheap prefilter)."""
         return frozenset(function for (_, function), calls in self._project_calls.items() if any(call.slots for _, call in calls))
