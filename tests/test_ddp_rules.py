@@ -1449,3 +1449,34 @@ def test_a_full_fsdp_state_dict_offloaded_sharded_or_with_options_not_in_view_is
             return full, get_model_state_dict(model, options=chosen)
         """)  # fmt: skip
     assert codes(lint(tmp_path, ("DPL524",))) == []
+
+
+NESTED_EARLY_RETURN = """
+import torch
+import torch.distributed as dist
+
+
+def save_checkpoint(model):
+    if dist.is_initialized():
+        if {test}:
+            return
+    torch.save(model.state_dict(), "ckpt.pt")
+
+
+def main():
+    dist.init_process_group("nccl")
+    save_checkpoint(torch.nn.Linear(2, 2))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_an_early_return_nested_under_the_mode_test_leaves_the_save_to_rank_zero(tmp_path):
+    # metta's pufferl: `if is_initialized(): if get_rank() != 0: return`, then the save.
+    write(tmp_path, "train.py", NESTED_EARLY_RETURN.format(test="dist.get_rank() != 0"))
+    assert codes(lint(tmp_path, select=("DPL505",))) == []
+    # A test that holds on no rank leaves every rank to save.
+    write(tmp_path, "train.py", NESTED_EARLY_RETURN.format(test="dist.get_rank() < 0"))
+    assert codes(lint(tmp_path, select=("DPL505",))) == [("train.py", 10, "DPL505")]

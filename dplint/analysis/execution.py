@@ -545,6 +545,11 @@ def _after_if(statement: ast.If, test: Expr, symbols: Symbols, scope: _Scope) ->
         return after
     if else_exits and not body_exits:
         return tuple(split(test, True))
+    if not statement.orelse and len(statement.body) == 1 and isinstance(statement.body[0], ast.If):
+        # `if distributed: if rank != 0: return`: after it, not both hold.
+        inner = statement.body[0]
+        if _exits(inner.body) and not inner.orelse:
+            return tuple(split(("and", test, symbols.expr(inner.test, scope)), False))
     return ()
 
 
