@@ -366,3 +366,21 @@ def test_a_device_type_registered_by_a_backend_another_file_imports_is_accepted(
     write(tmp_path, "device.py", device_setup)
     write(tmp_path, "train.py", "import torch\nimport device\ndevice = torch.device(f\"npu:{rank}\")\n")
     assert codes(dplint("--select", "DPL102", ".", cwd=tmp_path)) == expected
+
+
+def test_a_wrapper_moved_to_the_gpu_is_still_the_wrapper_its_checkpoint_loads_into(tmp_path):
+    # YOLOv3_PyTorch: `net = nn.DataParallel(net)`, `net = net.cuda()`, then `net.load_state_dict(...)`.
+    train = (
+        "import torch\nimport torch.nn as nn\nfrom model import Net\n\n\n"
+        "def main():\n"
+        "    net = nn.DataParallel(Net())\n"
+        "    torch.save(net.state_dict(), 'ckpt.pt')\n"
+        "    net = {move}\n"
+        "    net.load_state_dict(torch.load('ckpt.pt'))\n"
+    )
+    write(tmp_path, "model.py", "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    pass\n")
+    write(tmp_path, "train.py", train.format(move="net.cuda()"))
+    assert codes(dplint("--preview", "--select", "DPL303", ".", cwd=tmp_path)) == []
+    # Unwrapped on the way to the GPU, the load does break on the wrapper's keys.
+    write(tmp_path, "train.py", train.format(move="net.module.cuda()"))
+    assert codes(dplint("--preview", "--select", "DPL303", ".", cwd=tmp_path)) == ["train.py:8:16 DPL303"]

@@ -2057,6 +2057,8 @@ def _model_assignments(statement: ast.stmt) -> Iterator[Tuple[str, str, bool]]:
     value = statement.value
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("cuda", "to", "cpu", "eval", "train", "half", "float"):
         value = value.func.value
+    if value is not statement.value and [_ast_dotted(target) for target in statement.targets] == [_ast_dotted(value)]:
+        return  # `net = net.cuda()`: a module's move returns the module, wrapped or not
     is_wrap = _wrap_name(value)
     inner = value.args[0] if is_wrap and isinstance(value, ast.Call) and value.args else value
     while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in ("cuda", "to", "cpu", "half", "float"):
