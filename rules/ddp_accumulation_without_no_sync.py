@@ -65,7 +65,10 @@ class AccumulationWithoutNoSync(Rule):
 
     code = "DPL525"
     preview = True
-    preview_reason = "Not measured yet: a new rule."
+    preview_reason = (
+        "Too few findings to judge: 10 on the 654 repositories of bench/wild, in 4 repositories, all true (labelled by "
+        "the rule's author, not blind), under the 30 the stable tier needs."
+    )
     name = "accumulation-without-no-sync"
     summary = "Gradient accumulation on a DDP model without `no_sync()`: every micro-step all-reduces the gradients."
     severity = "warning"
@@ -219,8 +222,8 @@ class AccumulationWithoutNoSync(Rule):
                     if is_backward_call(call) and steps and _accumulates(calls[_next_step(steps, index)][1], tests):
                         yield Report(
                             node=call,
-                            message="Every accumulation micro-step's `backward()` all-reduces the DDP gradients; only the "
-                            "micro-step before `optimizer.step()` needs to.",
+                            message="Every accumulation micro-step's `backward()` all-reduces the DDP gradients; only the one "
+                            "that steps needs to.",
                             help="Run the other micro-steps' forward and backward in `with model.no_sync():`, e.g. `with "
                             "contextlib.nullcontext() if stepping else model.no_sync(): loss_fn(model(x), y).backward()` "
                             "(or use `accelerator.accumulate(model)`); the gradients are the same, with one all-reduce per step.",

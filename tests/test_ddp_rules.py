@@ -1486,8 +1486,7 @@ def test_accumulation_on_a_model_wrapped_in_another_file_without_no_sync_is_advi
     (finding,) = result.findings
     assert finding.severity == "warning"
     assert finding.message == (
-        "Every accumulation micro-step's `backward()` all-reduces the DDP gradients; only the micro-step before "
-        "`optimizer.step()` needs to."
+        "Every accumulation micro-step's `backward()` all-reduces the DDP gradients; only the one that steps needs to."
     )
     assert "model.no_sync()" in finding.help and "contextlib.nullcontext()" in finding.help
 
