@@ -47,6 +47,7 @@ STATIC_CODES = {
     "DPL522": True,
     "DPL523": True,
     "DPL524": True,
+    "DPL525": True,
 }
 # The codes that only the runtime hooks check.
 RUNTIME_ONLY_CODES = frozenset({
@@ -76,6 +77,7 @@ PREVIEW_CODES = frozenset({
     "DPL522",
     "DPL523",
     "DPL524",
+    "DPL525",
 })
 # Every rule's name and its code: a name is accepted wherever a code is.
 CODES_BY_NAME = {
@@ -127,6 +129,7 @@ CODES_BY_NAME = {
     "gather-for-metrics": "DPL522",
     "log-without-sync-dist": "DPL523",
     "full-state-dict-on-device": "DPL524",
+    "accumulation-without-no-sync": "DPL525",
     "model-outside-strategy-scope": "DPL601",
 }
 # Precision in the wild, from the hand labels in bench/wild/labels.tsv: the repositories swept, and per

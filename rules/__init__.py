@@ -23,6 +23,7 @@ from dplint.rules.ddp_local_rank_as_global_rank import LocalRankAsGlobalRank
 from dplint.rules.ddp_sampler_set_epoch import DistributedSamplerSeedPerRank, DistributedSamplerWithoutSetEpoch
 from dplint.rules.ddp_shuffle_with_sampler import ShuffleWithDistributedSampler
 from dplint.rules.ddp_step_inside_no_sync import OptimizerStepInsideNoSync
+from dplint.rules.ddp_accumulation_without_no_sync import AccumulationWithoutNoSync
 from dplint.rules.backward_bypasses_engine import BackwardBypassesEngine
 from dplint.rules.cuda_visible_devices import (
     CudaVisibleDevicesAfterCudaInit,
@@ -99,6 +100,7 @@ CHECKS: List[Type[Rule]] = [
     GatherForMetrics,
     LogWithoutSyncDist,
     FullStateDictOnDevice,
+    AccumulationWithoutNoSync,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [

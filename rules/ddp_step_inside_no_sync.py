@@ -5,8 +5,7 @@ from typing import Iterator
 import libcst as cst
 
 from dplint.analysis.context import FileContext
-from dplint.analysis.ddp import ScopeInfo, iter_scopes, scope_calls
-from dplint.analysis.execution import OPTIMIZER
+from dplint.analysis.ddp import ScopeInfo, is_no_sync_call, iter_scopes, scope_calls, steps_an_optimizer
 from dplint.analysis.names import Body, child_blocks
 from dplint.analysis.patterns import GuardedPattern
 from dplint.rule import Invalid, Report, Rule, Valid
@@ -161,7 +160,7 @@ class OptimizerStepInsideNoSync(Rule):
         for scope in iter_scopes(ctx.module):
             for block in _no_sync_blocks(scope.body):
                 for call in scope_calls(ScopeInfo(None, block, None)):
-                    if _steps_an_optimizer(ctx, call):
+                    if steps_an_optimizer(ctx, call):
                         yield Report(
                             node=call,
                             message="This optimizer step runs inside `no_sync()`: its gradients were never all-reduced, so the "
@@ -177,21 +176,10 @@ def _no_sync_blocks(body: Body) -> Iterator[Body]:
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
         if isinstance(statement, cst.With):
-            if any(
-                isinstance(item.item, cst.Call) and isinstance(item.item.func, cst.Attribute) and item.item.func.attr.value == "no_sync"
-                for item in statement.items
-            ):
+            if any(is_no_sync_call(item.item) for item in statement.items):
                 yield from child_blocks(statement)
                 continue
         if isinstance(statement, cst.BaseCompoundStatement):
             for block in child_blocks(statement):
                 yield from _no_sync_blocks(block)
 
-
-def _steps_an_optimizer(ctx: FileContext, call: cst.Call) -> bool:
-    """`optimizer.step()` on a torch optimizer, or `scaler.step(optimizer)`."""
-    if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"):
-        return False
-    if ctx.object_class(call.func.value) == OPTIMIZER:
-        return True
-    return len(call.args) >= 1 and ctx.object_class(call.args[0].value) == OPTIMIZER

@@ -1480,3 +1480,162 @@ def test_an_early_return_nested_under_the_mode_test_leaves_the_save_to_rank_zero
     # A test that holds on no rank leaves every rank to save.
     write(tmp_path, "train.py", NESTED_EARLY_RETURN.format(test="dist.get_rank() < 0"))
     assert codes(lint(tmp_path, select=("DPL505",))) == [("train.py", 10, "DPL505")]
+
+
+# DPL525: gradient accumulation on a DDP model without no_sync -------------------------------------------
+def test_accumulation_on_a_model_wrapped_in_another_file_without_no_sync_is_advice(tmp_path):
+    # The wrap is in main.py; the loop receives the wrapper as a parameter and steps every 4th micro-batch.
+    write(tmp_path, "engine.py", """
+        import torch
+
+        def train_one_epoch(model, optimizer, loader, accumulation):
+            model.train()
+            for step, (x, y) in enumerate(loader):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                if (step + 1) % accumulation == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+                if step % 100 == 0:
+                    print(loss.item())
+        """)  # fmt: skip
+    write(tmp_path, "main.py", """
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+        from engine import train_one_epoch
+
+        def main(args, model, loader):
+            dist.init_process_group("nccl")
+            model = DistributedDataParallel(model.cuda(), device_ids=[args.local_rank])
+            optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+            for epoch in range(args.epochs):
+                train_one_epoch(model, optimizer, loader, args.accumulation)
+        """)  # fmt: skip
+    result = lint(tmp_path, ("DPL525",))
+    assert codes(result) == [("engine.py", 8, "DPL525")]
+    (finding,) = result.findings
+    assert finding.severity == "warning"
+    assert finding.message == (
+        "Every accumulation micro-step's `backward()` all-reduces the DDP gradients; only the one that steps needs to."
+    )
+    assert "model.no_sync()" in finding.help and "contextlib.nullcontext()" in finding.help
+
+
+def test_accumulation_with_no_sync_every_step_or_without_ddp_is_silent(tmp_path):
+    write(tmp_path, "no_sync.py", """
+        import torch
+        from torch.nn.parallel import DistributedDataParallel
+
+        def train(model, loader, accumulation, rank):
+            model = DistributedDataParallel(model, device_ids=[rank])
+            optimizer = torch.optim.AdamW(model.parameters())
+            for step, x in enumerate(loader):
+                if (step + 1) % accumulation != 0:
+                    with model.no_sync():
+                        model(x).sum().backward()
+                else:
+                    model(x).sum().backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """)  # fmt: skip
+    write(tmp_path, "manual_flag.py", """
+        import torch
+        from torch.nn.parallel import DistributedDataParallel
+
+        def train(model, loader, accumulation, rank):
+            model = DistributedDataParallel(model, device_ids=[rank])
+            optimizer = torch.optim.AdamW(model.parameters())
+            for step, x in enumerate(loader):
+                model.require_backward_grad_sync = (step + 1) % accumulation == 0  # what no_sync() toggles
+                model(x).sum().backward()
+                if (step + 1) % accumulation == 0:
+                    optimizer.step()
+        """)  # fmt: skip
+    write(tmp_path, "every_step.py", """
+        import torch
+        from torch.nn.parallel import DistributedDataParallel
+
+        def train(model, loader, rank, log_every):
+            model = DistributedDataParallel(model, device_ids=[rank])
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step, x in enumerate(loader):
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+                if step % log_every == 0:  # a modulo, but not around the step
+                    print(loss.item())
+        """)  # fmt: skip
+    write(tmp_path, "single_process.py", """
+        import torch
+
+        def train(model, loader, accumulation):
+            if torch.cuda.device_count() > 1:
+                model = torch.nn.DataParallel(model)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step, x in enumerate(loader):
+                model(x).sum().backward()
+                if (step + 1) % accumulation == 0:
+                    optimizer.step()
+        """)  # fmt: skip
+    write(tmp_path, "accelerated.py", """
+        import torch
+        from accelerate import Accelerator
+
+        def train(model, loader, accumulation):
+            accelerator = Accelerator()
+            optimizer = torch.optim.AdamW(model.parameters())
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for step, x in enumerate(loader):
+                accelerator.backward(model(x).sum())
+                if (step + 1) % accumulation == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL525",))) == []
+
+
+def test_accumulation_without_no_sync_is_preview_only_on_the_cli(tmp_path):
+    write(tmp_path, "train.py", """
+        import torch
+        from torch.nn.parallel import DistributedDataParallel
+
+        def train(model, loader, accumulation, rank):
+            model = DistributedDataParallel(model, device_ids=[rank])
+            optimizer = torch.optim.AdamW(model.parameters())
+            for step, x in enumerate(loader):
+                model(x).sum().backward()
+                if (step + 1) % accumulation == 0:
+                    optimizer.step()
+        """)  # fmt: skip
+    command = [sys.executable, "-m", "dplint", "--no-cache", "--select", "DPL525", "--format", "concise", "train.py"]
+    stable = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    preview = subprocess.run([*command, "--preview"], cwd=tmp_path, capture_output=True, text=True)
+    assert "DPL525" not in stable.stdout
+    assert "train.py:9:" in preview.stdout and "DPL525" in preview.stdout
+
+
+def test_accumulation_reported_on_the_backward_whose_next_step_accumulates(tmp_path):
+    # A GAN loop (whisper-vits-svc's shape): the generator accumulates, the discriminator steps every batch.
+    write(tmp_path, "train.py", """
+        import torch
+        from torch.nn.parallel import DistributedDataParallel
+
+        def train(rank, hp, model_g, model_d, loader):
+            model_g = DistributedDataParallel(model_g, device_ids=[rank])
+            model_d = DistributedDataParallel(model_d, device_ids=[rank])
+            optim_g = torch.optim.AdamW(model_g.parameters())
+            optim_d = torch.optim.AdamW(model_d.parameters())
+            for step, (x, y) in enumerate(loader):
+                fake = model_g(x)
+                loss_g = (model_d(fake) - 1).pow(2).mean()
+                loss_g.backward()
+                if (step + 1) % hp.accum_step == 0 or step + 1 == len(loader):
+                    optim_g.step()
+                    optim_g.zero_grad()
+                optim_d.zero_grad()
+                loss_d = model_d(fake.detach()).pow(2).mean() + (model_d(y) - 1).pow(2).mean()
+                loss_d.backward()
+                optim_d.step()
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL525",))) == [("train.py", 13, "DPL525")]

@@ -333,6 +333,20 @@ def is_backward_call(call: cst.Call) -> bool:
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
 
 
+def is_no_sync_call(node: cst.CSTNode) -> bool:
+    """`model.no_sync()` (DDP, FSDP) or `accelerator.no_sync(model)`: the context that skips the all-reduce."""
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "no_sync"
+
+
+def steps_an_optimizer(ctx: FileContext, call: cst.Call) -> bool:
+    """`optimizer.step()` on a torch optimizer, or `scaler.step(optimizer)`."""
+    if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"):
+        return False
+    if ctx.object_class(call.func.value) == OPTIMIZER:
+        return True
+    return len(call.args) >= 1 and ctx.object_class(call.args[0].value) == OPTIMIZER
+
+
 # ----- names bound to a DDP/FSDP wrapper ------------------------------------------------------------
 
 

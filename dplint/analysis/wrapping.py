@@ -848,8 +848,9 @@ def if_tests(ctx: FileContext) -> Dict[int, Tuple[Dict[str, FrozenSet[WrapSite]]
     return _scope_flow(ctx).tests
 
 
-def wrapped_names(ctx: FileContext, scope: ScopeInfo, classes: Mapping[str, str] = DDP_CLASSES) -> FrozenSet[str]:
-    """The names that may hold a wrapper of `classes` somewhere in the scope (a function, or the module's top level)."""
+def wrapped_names(ctx: FileContext, scope: ScopeInfo, classes: Mapping[str, str] = DDP_CLASSES, prepared: bool = True) -> FrozenSet[str]:
+    """The names that may hold a wrapper of `classes` somewhere in the scope (a function, or the module's
+    top level); without `prepared`, not those whose only wraps are an Accelerator's `prepare`."""
     if classes is FSDP_CLASSES:
         return ctx.memo(f"fsdp-wrapped:{id(scope.node)}", lambda: _fsdp_wrapped_names(ctx, scope))
     kinds = set(classes.values())
@@ -857,7 +858,7 @@ def wrapped_names(ctx: FileContext, scope: ScopeInfo, classes: Mapping[str, str]
         name
         for point in _points_by_scope(ctx).get(scope.node, ())
         for name, sites in point.wrapped.items()
-        if any(site.wrapper in kinds for site in sites)
+        if any(site.wrapper in kinds and (prepared or not site.accelerator) for site in sites)
     )
 
 
