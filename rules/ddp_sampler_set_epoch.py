@@ -5,7 +5,7 @@ from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from dplint.analysis.names import block_body, descendants, dotted, iter_small_statements
+from dplint.analysis.names import descendants, dotted
 from dplint.analysis.context import FileContext
 from dplint.analysis.execution import DATA_LOADERS
 from dplint.edits import binding_on_every_path, indentation
@@ -92,9 +92,7 @@ class DistributedSamplerWithoutSetEpoch(Rule):
     One `set_epoch(` call anywhere in the project silences the rule for every sampler. Samplers with
     `shuffle=` other than a literal (directly, or in a `**mapping` splat of a dict literal the function
     builds and never changes), samplers of evaluation data (names with val/eval/test), and
-    projects that use Lightning or Accelerate (which call `set_epoch` themselves) are not reported;
-    nor is a sampler built each epoch over a data set the same loop builds anew (what it orders
-    changes every epoch).
+    projects that use Lightning or Accelerate (which call `set_epoch` themselves) are not reported.
     """
 
     code = "DPL501"
@@ -104,18 +102,6 @@ class DistributedSamplerWithoutSetEpoch(Rule):
     triggers = re.compile(r"DistributedSampler")
 
     VALID = [
-        Valid(
-            """
-            import torch
-            from torch.utils.data import DataLoader, DistributedSampler
-
-            for epoch in range(epochs):
-                dataset = build_curriculum(epoch)  # a new data set every epoch
-                loader = DataLoader(dataset, sampler=DistributedSampler(dataset, shuffle=True))
-                for batch in loader:
-                    step(batch)
-            """
-        ),
         Valid(
             """
             from torch.utils.data import DataLoader, DistributedSampler
@@ -269,8 +255,6 @@ class DistributedSamplerWithoutSetEpoch(Rule):
             dataset = argument(call, "dataset", 0)
             if any(is_evaluation_name(target) for target in targets) or (dataset is not None and looks_like_evaluation(dataset)):
                 continue
-            if isinstance(dataset, cst.Name) and _rebuilt_with_its_data(scope, statement, dataset.value):
-                continue
             fix = _set_epoch_fix(ctx, call, statement, scope)
             yield Report(
                 node=call,
@@ -280,19 +264,6 @@ class DistributedSamplerWithoutSetEpoch(Rule):
                 else "Call `sampler.set_epoch(epoch)` (or `loader.sampler.set_epoch(epoch)`) at the start of each epoch.",
                 fix=fix,
             )
-
-
-def _rebuilt_with_its_data(scope: ScopeInfo, statement: cst.BaseSmallStatement, dataset: str) -> bool:
-    """Whether the sampler is built in a loop that also binds its data set anew each time round
-    (`data = build(epoch)` then `DistributedSampler(data)`): what it orders changes every epoch."""
-    for loop in for_loops(scope):
-        inside = list(iter_small_statements(block_body(loop.body), into_functions=False))
-        if any(small is statement for small in inside) and any(
-            isinstance(small, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == dataset for t in small.targets)
-            for small in inside
-        ):
-            return True
-    return False
 
 
 class DistributedSamplerSeedPerRank(Rule):
