@@ -248,31 +248,28 @@ class FileFacts:
 
 
 def _reduces_call_results(tree: ast.Module) -> bool:
-    """Whether a function of the file reduces a value a call returned, by name, before using it:
-    `loss, logits = model(x, y)` (or `outputs = model(x)`; `loss = outputs[0]`) then `loss = loss.mean()`."""
-    for function in ast.walk(tree):
-        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
-            continue
-        from_calls: Set[str] = set()
-        assignments = sorted((node for node in ast.walk(function) if isinstance(node, ast.Assign)), key=lambda node: node.lineno)
-        for assignment in assignments:
-            value = assignment.value
-            names = [element.id for target in assignment.targets for element in ast.walk(target) if isinstance(element, ast.Name)]
-            if (
-                isinstance(value, ast.Call)
-                and isinstance(value.func, ast.Attribute)
-                and value.func.attr in ("mean", "sum")
-                and not value.args
-                and isinstance(value.func.value, ast.Name)
-                and value.func.value.id in from_calls
-                and names == [value.func.value.id]
-            ):
-                return True
-            base = value
-            while isinstance(base, (ast.Subscript, ast.Attribute)):
-                base = base.value
-            if isinstance(value, ast.Call) or (isinstance(base, ast.Name) and base.id in from_calls and base is not value):
-                from_calls.update(names)
+    """Whether the file, read in line order, reduces a value a call returned, by name, before using it:
+    `loss, logits = model(x, y)` (or `outputs = model(x)`; `loss = outputs[0]`) then `loss = loss.mean()`.
+    One pass over the whole file: a function's own assignments are among them, in the same order."""
+    from_calls: Set[str] = set()
+    for assignment in sorted((node for node in ast.walk(tree) if isinstance(node, ast.Assign)), key=lambda node: node.lineno):
+        value = assignment.value
+        names = [element.id for target in assignment.targets for element in ast.walk(target) if isinstance(element, ast.Name)]
+        if (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr in ("mean", "sum")
+            and not value.args
+            and isinstance(value.func.value, ast.Name)
+            and value.func.value.id in from_calls
+            and names == [value.func.value.id]
+        ):
+            return True
+        base = value
+        while isinstance(base, (ast.Subscript, ast.Attribute)):
+            base = base.value
+        if isinstance(value, ast.Call) or (isinstance(base, ast.Name) and base.id in from_calls and base is not value):
+            from_calls.update(names)
     return False
 
 
