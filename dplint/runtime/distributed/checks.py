@@ -117,7 +117,10 @@ class _RankChecks:
     def note(self, text: str) -> None:
         """Say something about the run once, from rank 0."""
         if text not in self.notes and self.channel.rank == 0:
-            print(f"dplint: {text}", file=sys.stderr, flush=True)
+            # One write, line and newline together: print() writes them apart, and a warning another
+            # rank prints to the same stderr can land between them.
+            sys.stderr.write(f"dplint: {text}\n")
+            sys.stderr.flush()
         self.notes.add(text)
 
     def model_of(self, module: nn.Module) -> Optional[_Model]:
