@@ -137,8 +137,11 @@ class CheckpointOnEveryRank(Rule):
     Rank guards are tests on a rank: a rank name (`rank`, `local_rank`, `is_main_process()`), a value
     built from one in the same file (`self.gpu_id = int(os.environ["LOCAL_RANK"])`, `mp.spawn`'s process
     index, a rank passed to a function or class of the file: `Trainer(model, rank)`), a flag holding such a test (`save_to_disk = get_rank() == 0`), or a project function that
-    returns one (`def is_primary(): return get_rank() == 0`, in any file). A path built from a rank is
-    the process's own. Helpers in other files, and rank guards in the caller of a helper that saves,
+    returns one (`def is_primary(): return get_rank() == 0`, in any file), or a project function's result
+    that is None except on some ranks (`return None` unless rank 0, tested `if result is not None:`).
+    A path built from a rank is the process's own, and so is one built from the items a rank iterates
+    of its own share (a `DistributedSampler`'s loader, `range(rank * n, ...)`), or from a random UUID.
+    Helpers in other files, and rank guards in the caller of a helper that saves,
     are not followed.
     Files using FSDP or `torch.distributed.checkpoint` (where every rank must take part) are skipped.
     """
@@ -328,8 +331,66 @@ class CheckpointOnEveryRank(Rule):
                         torch.save(model.state_dict(), "model.pt")
             """
         ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def extract(encoder, dataset):
+                dist.init_process_group("nccl")
+                loader = DataLoader(dataset, sampler=DistributedSampler(dataset, shuffle=False))
+                for sample in loader:  # each rank its own samples
+                    torch.save(encoder(sample["video"]), f"latents/{sample['name']}.pt")
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+
+            def evaluate(model, loader, rank):
+                total = sum(model(x).sum() for x in loader)
+                dist.all_reduce(total)
+                if rank != 0:
+                    return None
+                return total.item()
+
+            def train(model, loader, rank, epochs):
+                dist.init_process_group("nccl", rank=rank, world_size=2)
+                for epoch in range(epochs):
+                    score = evaluate(model, loader, rank)
+                    if score is not None:  # rank 0 alone
+                        torch.save(model.state_dict(), "best.pt")
+            """
+        ),
+        Valid(
+            """
+            import uuid
+            import torch
+            import torch.distributed as dist
+
+            dist.init_process_group("nccl")
+            torch.save(batch, f"dump/batch-{uuid.uuid4()}.pt")  # a name of the process's own
+            """
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def train(model, dataset):
+                dist.init_process_group("nccl")
+                loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
+                for step, batch in enumerate(loader):
+                    model(batch).sum().backward()
+                    torch.save(model.state_dict(), f"step_{step}.pt")  # every rank counts the same steps
+            """,
+            line=10,
+        ),
         Invalid(
             """
             import torch
@@ -486,8 +547,12 @@ class LoadWithoutMapLocation(Rule):
     checkpoint (not through `load_state_dict`) end up on that device.
 
     ## Known problems
-    What the file holds is not known: a checkpoint saved from CPU tensors loads fine without
-    `map_location`. The program must use CUDA somewhere (`.cuda()`, `"cuda"`, NCCL), and the function
+    What the file holds is followed from where the project writes it, by the file name its path
+    ends in (`os.path.join(run_dir, "model_args.pth")`, a constant holding the name): a file the
+    project writes only from the CPU (`torch.save(args, ...)` of parsed options, `x.cpu()`, a model's
+    `state_dict()` after `net.cpu()`, `dcp_to_torch_save`) is not reported. Elsewhere what it holds is
+    not known: a checkpoint saved from CPU tensors loads fine without `map_location`, a downloaded one
+    too. The program must use CUDA somewhere (`.cuda()`, `"cuda"`, NCCL), and the function
     that loads must hand a state to `load_state_dict` (a model's or an optimizer's checkpoint), to be
     reported: a load whose result another function restores is not, nor one restored straight into a
     learning-rate scheduler that torch or transformers built (its state is plain numbers).
@@ -505,6 +570,22 @@ class LoadWithoutMapLocation(Rule):
     distributed_programs_only = True
 
     VALID = [
+        Valid(
+            """
+            import os
+            import torch
+            import torch.distributed as dist
+
+            def save(net, respth):
+                net.cpu()
+                torch.save(net.module.state_dict(), os.path.join(respth, "model_final.pth"))  # CPU tensors
+
+            def evaluate(net, respth):
+                dist.init_process_group("nccl")
+                net.load_state_dict(torch.load(os.path.join(respth, "model_final.pth")))
+                net.cuda()
+            """
+        ),
         Valid(
             """
             import torch
@@ -656,6 +737,8 @@ class LoadWithoutMapLocation(Rule):
             restores = restoring[scope.node]
             if not restores:
                 continue  # features, cached examples, a scheduler's numbers: what the file holds is unknown
+            if ctx.project.file_read(ctx.filename, ctx.line(call)) in ctx.project.files_on_cpu:
+                continue  # the project writes that file only from CPU tensors (`torch.save(args, ...)`, `x.cpu()`)
             if argument(call, "map_location", 1) is None and not _restores_a_scheduler(ctx, scope, call, restores):
                 location = _rank_device(ctx, scope, call)
                 fix = None

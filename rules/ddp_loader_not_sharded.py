@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from typing import Iterator, List, Sequence, Set
 
 import libcst as cst
@@ -19,18 +18,12 @@ from dplint.analysis.ddp import (
     is_literal,
     iter_scopes,
     iterated_loader,
-    mentions,
     scope_calls,
     trains,
     values_of,
 )
 
 ITERABLE_DATASETS = frozenset({"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"})
-# Names that shard by rank, or that a single-process branch tests.
-# A dataset split between the ranks by hand: built from the world size or a shard (the rank itself is a value: `ctx.varies`).
-_SHARDING_WORD = re.compile(r"world_size|num_replicas|shard|split_dataset_by_node|num_nodes", re.I)
-# An iterable dataset's own code that reads where it runs.
-_READS_RANK = re.compile(r"rank|world_size|num_replicas|shard|split_dataset_by_node|num_nodes|get_worker_info", re.I)
 
 
 class TrainingLoaderNotSharded(Rule):
@@ -39,7 +32,8 @@ class TrainingLoaderNotSharded(Rule):
     In a program that wraps a model in DDP (or FSDP), finds a training `DataLoader(..., shuffle=True)`
     with no `sampler=`/`batch_sampler=` in a file that builds no `DistributedSampler` (outside a branch
     on the distributed mode), and `IterableDataset` classes whose code never reads the rank or world
-    size (`get_rank`, `RANK`, `split_dataset_by_node`, a `shard`).
+    size (`dist.get_rank()`, the `RANK` variable, a rank the class was given): splitting the stream
+    between a loader's workers (`get_worker_info`) still gives every rank the same data.
 
     Under Hugging Face Accelerate, finds a `DataLoader(..., shuffle=True)` that a training loop (one
     whose body calls `backward` or steps an optimizer, in a function that uses the `Accelerator`)
@@ -68,8 +62,10 @@ class TrainingLoaderNotSharded(Rule):
     ```
 
     ## Known problems
-    Loaders without `shuffle=True` are taken for evaluation loaders and are not reported. Datasets
-    sharded by a name that does not mention the rank, world size or a shard are not recognised.
+    Loaders without `shuffle=True` are taken for evaluation loaders and are not reported, nor are
+    data sets built from the rank or the world size (`split_dataset_by_node(ds, rank, world_size)`,
+    `Shards(root, dist.get_rank())`): they hold one rank's share. A data set that shards itself inside
+    (reading the rank in its own `__init__`) is not recognised.
     Projects using Lightning are skipped (its Trainer shards for you). Under Accelerate, a loop that
     trains only through a function it calls, or whose function never calls the `Accelerator`, is not
     taken for training; a loader that may or may not be prepared is not reported.
@@ -252,8 +248,8 @@ class TrainingLoaderNotSharded(Rule):
             if argument(call, "sampler", 3) is not None or argument(call, "batch_sampler", 4) is not None:
                 continue
             dataset = argument(call, "dataset", 0)
-            if dataset is None or ctx.varies(dataset) or any(mentions(value, _SHARDING_WORD) for value in [dataset, *values_of(ctx, scope, dataset)]):
-                continue
+            if dataset is None or any(ctx.reads_rank(value) for value in [dataset, *values_of(ctx, scope, dataset)]):
+                continue  # a data set built for this rank's share (`split_dataset_by_node(ds, rank, world_size)`)
             yield Report(
                 node=call,
                 message="This training `DataLoader` has no `DistributedSampler`: every DDP rank iterates the same data.",
@@ -274,7 +270,7 @@ class TrainingLoaderNotSharded(Rule):
                 if where is None or not where.in_group or not where.on_every_rank:
                     continue
                 built = ctx.unprepared_loader(iterated)
-                if built is None or not _shuffles_unsharded(built[1]):
+                if built is None or not _shuffles_unsharded(ctx, *built):
                     continue
                 filename, call = built
                 if filename != ctx.filename:
@@ -302,7 +298,7 @@ class TrainingLoaderNotSharded(Rule):
             if not any(ctx.qualify(base.value) in ITERABLE_DATASETS for base in statement.bases):
                 continue
             defines_iter = any(isinstance(s, cst.FunctionDef) and s.name.value == "__iter__" for s in block_body(statement.body))
-            if defines_iter and not _READS_RANK.search(ctx.code(statement.body)):
+            if defines_iter and not _reads_rank(ctx, statement):
                 yield Report(
                     node=statement.name,
                     message=f"`{statement.name.value}` never reads the rank or world size: every DDP rank streams the same data.",
@@ -321,16 +317,37 @@ def _loader_calls(ctx: FileContext) -> List[cst.Call]:
     )
 
 
-def _shuffles_unsharded(call: tuple) -> bool:
-    """Whether a `DataLoader(...)` call (symbolic) shuffles its dataset itself (`shuffle=True`: no sampler can
-    be given beside it), of a dataset whose names say nothing of a shard or the world size."""
+def _reads_rank(ctx: FileContext, cls: cst.ClassDef) -> bool:
+    """Whether the class's code reads the rank or the world size somewhere (`dist.get_rank()`, `self.rank`
+    given one): what an iterable data set that yields only its rank's items does."""
+    return any(ctx.reads_rank(node) for node in _expressions(cls.body))
+
+
+def _expressions(body: cst.CSTNode) -> List[cst.BaseExpression]:
+    found: List[cst.BaseExpression] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            found.append(node)
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            found.append(node)
+            return False
+
+    body.visit(Collect())
+    return found
+
+
+def _shuffles_unsharded(ctx: FileContext, filename: str, call: tuple) -> bool:
+    """Whether a `DataLoader(...)` call (symbolic, of the file) shuffles its dataset itself (`shuffle=True`:
+    no sampler can be given beside it), of a dataset not built from the rank or the world size."""
     _, _, arguments, keywords = call
     named = dict(keywords)
     if "*" in named or "**" in named or len(arguments) > 3 or "sampler" in named or "batch_sampler" in named:
         return False
     shuffle = named.get("shuffle", arguments[2] if len(arguments) > 2 else None)
     dataset = named.get("dataset", arguments[0] if arguments else None)
-    return shuffle == ("c", True) and dataset is not None and not _SHARDING_WORD.search(repr(dataset))
+    return shuffle == ("c", True) and dataset is not None and not ctx.project.execution.reads_rank(dataset, filename)
 
 
 def _classes(body) -> List[cst.ClassDef]:

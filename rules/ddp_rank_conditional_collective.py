@@ -35,7 +35,7 @@ from dplint.analysis.ddp import (
 )
 from dplint.analysis.execution import ACCELERATOR_CLASS
 from dplint.analysis.torch_api import FULLY_SHARDED_DATA_PARALLEL
-from dplint.analysis.wrapping import FSDP_CLASSES, wrapped_names
+from dplint.analysis.wrapping import FSDP_CLASSES, wrapped_at, wrapped_names
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in GATHERING_TENSOR_METHODS and not call.args:
         return [Collective(f"`{ctx.code(call.func)}()` (a DTensor's gather)", call)]
     target = dotted(call.func)
-    if target is not None and target in wrapped_names(ctx, scope):
+    if target is not None and target in wrapped_at(ctx, scope, call):
         return [Collective(f"the forward of DDP model `{target}`", call, buffers_only=True)]
     if isinstance(call.func, cst.Attribute) and call.func.attr.value == "state_dict":
         receiver = dotted(call.func.value)
@@ -203,7 +203,9 @@ class RankConditionalCollective(Rule):
     leaves out belong to that group is not known. Whether
     a DDP model has buffers is not known statically: its rank-0-only forward is reported with the
     condition in the message, and it does not hang for a model without buffers or with
-    `broadcast_buffers=False`. The body of `if local_rank == -1:` runs only without a process group
+    `broadcast_buffers=False`. A forward counts as DDP's only where the name may hold the wrapper at
+    that statement: one written before `model = DDP(model)` goes through the bare model. The body of
+    `if local_rank == -1:` runs only without a process group
     and is not checked. Accelerate's `save_state` and `get_state_dict` gather only under DeepSpeed or
     FSDP: they are reported where the program itself sets those up (a `DeepSpeedPlugin` or
     `FullyShardedDataParallelPlugin`, or `Accelerator(deepspeed_plugin=...)`), not where only the launch
@@ -301,6 +303,22 @@ class RankConditionalCollective(Rule):
             accelerator.wait_for_everyone()  # every rank
             if accelerator.is_main_process:
                 accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pt")
+            """
+        ),
+        Valid(
+            """
+            import os
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ddp = int(os.environ.get("RANK", -1)) != -1
+            if ddp:
+                dist.init_process_group("nccl")
+            master_process = not ddp or dist.get_rank() == 0
+            if master_process:
+                reference = model(x)  # the bare model: the wrap comes below
+            if ddp:
+                model = DDP(model)
             """
         ),
     ]

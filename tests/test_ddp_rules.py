@@ -1639,3 +1639,81 @@ def test_accumulation_reported_on_the_backward_whose_next_step_accumulates(tmp_p
                 optim_d.step()
         """)  # fmt: skip
     assert codes(lint(tmp_path, ("DPL525",))) == [("train.py", 13, "DPL525")]
+
+
+def test_a_load_of_a_file_the_project_writes_only_from_the_cpu_needs_no_map_location(tmp_path):
+    write(
+        tmp_path,
+        "train.py",
+        """
+        import argparse, os
+        import torch
+        import torch.distributed as dist
+
+        def main(args, model):
+            dist.init_process_group("nccl")
+            torch.save(args, os.path.join(args.out, "model_args.pth"))  # the parsed options
+            torch.save((torch.cuda.get_rng_state(), torch.get_rng_state()), f"{args.out}/rng.pt")
+            with open(os.path.join(args.out, "weights.pt"), "wb") as f:
+                torch.save({k: v.cpu() for k, v in model.state_dict().items()}, f)
+            torch.save(model.state_dict(), os.path.join(args.out, "last.pt"))  # on the GPU
+
+        if __name__ == "__main__":
+            args = argparse.ArgumentParser().parse_args()
+            main(args, build())
+        """,
+    )
+    write(
+        tmp_path,
+        "sample.py",
+        """
+        import os
+        import torch
+        import torch.distributed as dist
+
+        def run(args, model):
+            dist.init_process_group("nccl")
+            model.cuda()
+            train_args = torch.load(os.path.join(args.ckpt, "model_args.pth"))
+            torch.cuda.set_rng_state(torch.load(args.ckpt + "/rng.pt")[0])
+            model.load_state_dict(torch.load(os.path.join(args.ckpt, "weights.pt")))
+            model.load_state_dict(torch.load(os.path.join(args.ckpt, "last.pt")))
+            model.load_state_dict(torch.load(os.path.join(args.ckpt, "downloaded.pt")))
+        """,
+    )
+    assert codes(lint(tmp_path, ("DPL506",))) == [("sample.py", 12, "DPL506"), ("sample.py", 13, "DPL506")]  # last.pt and downloaded.pt
+
+
+def test_a_file_named_by_a_constant_another_module_imports_is_followed_to_its_writer(tmp_path):
+    write(
+        tmp_path,
+        "ckpt.py",
+        """
+        from pathlib import Path
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        CONSOLIDATED = "consolidated.pth"
+
+        def consolidate(dcp_dir, out_dir):
+            dcp_to_torch_save(dcp_dir, str(Path(out_dir) / CONSOLIDATED))  # builds every tensor on the CPU
+        """,
+    )
+    write(
+        tmp_path,
+        "generate.py",
+        """
+        import os
+        import torch
+        import torch.distributed as dist
+        from ckpt import CONSOLIDATED
+
+        def load(model, path):
+            dist.init_process_group("nccl")
+            model.cuda()
+            with open(os.path.join(path, CONSOLIDATED), "rb") as f:
+                model.load_state_dict(torch.load(f))
+            with open(os.path.join(path, "other.pth"), "rb") as f:  # the same name, another file
+                model.load_state_dict(torch.load(f))
+        """,
+    )
+    assert codes(lint(tmp_path, ("DPL506",))) == [("generate.py", 13, "DPL506")]

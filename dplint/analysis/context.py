@@ -225,6 +225,11 @@ class FileContext:
         """Whether the expression may hold a different value on each rank (`f"ckpt_{rank}.pt"`)."""
         return self.execution.varies(self.code(node), self.line(node))
 
+    def reads_rank(self, node: cst.BaseExpression) -> bool:
+        """Whether the expression, or a part of it, holds a rank, the world size or something computed from
+        the rank (`Dataset(root, rank=rank, world_size=n)`): what is built for one rank's share."""
+        return self.execution.reads_rank(self.code(node), self.line(node))
+
     def rank_kind(self, node: cst.BaseExpression) -> Optional[str]:
         """"global", "local" or "any" where the expression holds a rank (`int(os.environ["RANK"])`,
         `mp.spawn`'s process index, `dist.get_rank() % n`), else None."""

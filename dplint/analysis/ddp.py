@@ -17,9 +17,9 @@ from dplint.analysis.names import Body, block_body, child_blocks, dotted, header
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
 from dplint.analysis.execution import ACCELERATOR_CLASS, DEEPSPEED_ENGINE, OPTIMIZER, builders_of
+from dplint.analysis.torch_api import DISTRIBUTED_SAMPLERS
 
 DISTRIBUTED = "torch.distributed"
-DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
 # torch.distributed's collectives (2.13). All of them return None, or a work handle with async_op=True.
 COLLECTIVE_NAMES = frozenset(
     """barrier monitored_barrier all_reduce reduce broadcast all_gather all_gather_into_tensor gather scatter

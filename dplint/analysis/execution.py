@@ -36,7 +36,7 @@ from functools import cached_property, lru_cache
 from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from dplint.analysis.modules import absolute_module
-from dplint.analysis.torch_api import DISTRIBUTED_DATA_PARALLEL, FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL, GROUP_RANK_GETTERS, INIT_PROCESS_GROUP
+from dplint.analysis.torch_api import DISTRIBUTED_DATA_PARALLEL, DISTRIBUTED_SAMPLERS, FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL, GROUP_RANK_GETTERS, INIT_PROCESS_GROUP
 
 # ----- truth per world --------------------------------------------------------------------------------
 
@@ -129,7 +129,7 @@ class Where:
 # ("env", name) an environment variable; ("has", name) `name in os.environ`; ("cmp", operator, left,
 # right); ("and", ...), ("or", ...), ("not", x); ("ifexp", test, body, orelse); ("bin", operator, left,
 # right); ("fmt", parts...);
-# ("tuple", items...); ("item", x, index); ("u",) anything else.
+# ("tuple", items...); ("item", x, index); ("items", x) a comprehension over x; ("u",) anything else.
 #
 # Variable keys: "L:<function>:<name>" a local or parameter, "G:<module>:<name>" a module's global,
 # "S:<class>:<attribute path>" an attribute of `self`, "A:<text>" an attribute path of any other
@@ -219,6 +219,7 @@ class _Scope:
         self.globals: Set[str] = set()
         self.imported: Set[str] = set()  # names bound only by an import: they name what they import
         self.nested: Dict[str, str] = {}  # functions defined in this function → qualified
+        self.loop_targets: Set[str] = set()  # names a `for` binds: an item each time, whose fields are its own
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -302,6 +303,8 @@ class Symbols:
                     pending.append((child, scope, name, name, None) if isinstance(child, _FUNCTIONS) else (child, body_scope, name, None, None))
             elif isinstance(node, ast.Global):
                 scope.globals.update(node.names)
+            elif isinstance(node, (ast.For, ast.AsyncFor)):
+                scope.loop_targets.update(name.id for name in ast.walk(node.target) if isinstance(name, ast.Name))
             elif isinstance(node, ast.Name):
                 if isinstance(node.ctx, ast.Store):
                     scope.locals.add(node.id)
@@ -394,6 +397,9 @@ class Symbols:
             return ("fmt", *(self.expr(value.value, scope) for value in node.values if isinstance(value, ast.FormattedValue)))
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
             return ("tuple", *(self.expr(element, scope) for element in node.elts))
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)) and len(node.generators) == 1:
+            # `[i for i in range(first, last)]`: items of what it iterates (its own names are its own).
+            return ("items", self.expr(node.generators[0].iter, scope))
         if isinstance(node, ast.Subscript):
             return self._subscript(node, scope)
         if isinstance(node, ast.IfExp):
@@ -415,7 +421,8 @@ class Symbols:
                 return ("v", f"S:{owner}:{path}")
             if base.id in self.modules:
                 return ("v", f"Q:{self.aliases[base.id]}.{path}")
-            return ("v", f"A:{base.id}.{path}")
+            if base.id not in scope.loop_targets:
+                return ("v", f"A:{base.id}.{path}")
         return ("attr", self.expr(base, scope), path)
 
     def _compare(self, node: ast.Compare, scope: _Scope) -> Expr:
@@ -438,12 +445,17 @@ class Symbols:
             return ("env", index.value if isinstance(index, ast.Constant) and isinstance(index.value, str) else None)
         if isinstance(index, ast.Constant) and isinstance(index.value, int):
             return ("item", self.expr(node.value, scope), index.value)
-        if isinstance(index, ast.Constant) and isinstance(index.value, str) and isinstance(node.value, (ast.Name, ast.Attribute)):
+        if isinstance(index, ast.Constant) and isinstance(index.value, str) and isinstance(node.value, (ast.Name, ast.Attribute)) and not (
+            isinstance(node.value, ast.Name) and node.value.id in scope.loop_targets
+        ):
             # `cfg["local_rank"]`: a dictionary entry, named like an attribute.
             inner = self.expr(node.value, scope)
             if inner[0] == "v":
                 return ("v", f"{inner[1]}.{index.value}" if inner[1].startswith(("A:", "S:", "Q:")) else f"A:{inner[1].rpartition(':')[2]}.{index.value}")
-        return ("item", self.expr(node.value, scope), None)
+        if isinstance(index, ast.Slice):
+            parts = (index.lower, index.upper, index.step)
+            return ("item", self.expr(node.value, scope), ("tuple", *(self.expr(part, scope) for part in parts if part is not None)))
+        return ("item", self.expr(node.value, scope), self.expr(index, scope))
 
     def callee(self, func: ast.AST, scope: _Scope) -> Optional[Expr]:
         qualified = self.qualified(func, scope)
@@ -684,7 +696,7 @@ def _summarize_body(node: ast.AST, name: str, body: Sequence[ast.stmt], symbols:
             for target in targets:
                 assigns.extend((key, guard, bound) for key, bound in _bindings(target, value, symbols, scope))
         elif isinstance(statement, (ast.For, ast.AsyncFor)):
-            assigns.extend((key, guard, bound) for key, bound in _bindings(statement.target, UNKNOWN, symbols, scope))
+            assigns.extend((key, guard, bound) for key, bound in _loop_bindings(statement, symbols, scope))
         elif isinstance(statement, (ast.With, ast.AsyncWith)):
             for item in statement.items:
                 if item.optional_vars is not None:
@@ -763,6 +775,29 @@ def _spawn_processes(call: ast.Call, qualified: str) -> Optional[ast.AST]:
     return call.args[2] if len(call.args) > 2 else None
 
 
+# Library calls that give the items of what they are passed, as they are (a progress bar, an iterator).
+_PASSING_ITERATORS = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "iter", "rich.progress.track"})
+
+
+def _loop_bindings(loop: ast.AST, symbols: Symbols, scope: _Scope) -> List[Tuple[str, Expr]]:
+    """What a `for` loop binds each time round: an item of what it iterates; `enumerate(x)` gives a count
+    and an item of `x`, `zip(a, b)` an item of each."""
+    target, iterated = loop.target, loop.iter  # type: ignore[attr-defined]
+    while isinstance(iterated, ast.Call) and iterated.args and symbols.qualified(iterated.func, scope) in _PASSING_ITERATORS:
+        iterated = iterated.args[0]  # `tqdm(loader)` gives the loader's items
+    if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name) and isinstance(target, (ast.Tuple, ast.List)) and not iterated.keywords:
+        if iterated.func.id == "enumerate" and len(target.elts) == 2 and len(iterated.args) == 1:
+            count = _bindings(target.elts[0], UNKNOWN, symbols, scope)
+            return count + _bindings(target.elts[1], ("item", symbols.expr(iterated.args[0], scope), None), symbols, scope)
+        if iterated.func.id == "zip" and len(target.elts) == len(iterated.args):
+            return [
+                found
+                for element, argument in zip(target.elts, iterated.args)
+                for found in _bindings(element, ("item", symbols.expr(argument, scope), None), symbols, scope)
+            ]
+    return _bindings(target, ("item", symbols.expr(iterated, scope), None), symbols, scope)
+
+
 def _bindings(target: ast.AST, value: Expr, symbols: Symbols, scope: _Scope) -> List[Tuple[str, Expr]]:
     if isinstance(target, (ast.Tuple, ast.List)):
         found = []
@@ -808,11 +843,15 @@ def _last_name(node: ast.AST) -> str:
 # optimizer, alike on every rank; ("object", DATA_LOADER, file, call) a torch `DataLoader` as the call
 # (symbolic, evaluated in that file) built it, which `accelerator.prepare` has not replaced, and
 # ("object", PREPARED_LOADER, file, call) what `accelerator.prepare` hands back for such a loader;
-# ("uniform",) anything alike on every rank; ("varies",) anything that may differ between ranks.
+# ("uniform",) anything alike on every rank; ("varies",) anything that may differ between ranks;
+# ("share",) an item of the rank's own share of the data (a batch of a `DistributedSampler`'s loader):
+# it differs between the ranks, but a test on it is no rank test; ("maybe", Truth, value) what a
+# function returns that is None except where the truth holds (`return None` unless rank 0).
 
 Value = tuple
 UNIFORM_VALUE: Value = ("uniform",)
 VARIES_VALUE: Value = ("varies",)
+SHARE_VALUE: Value = ("share",)
 # What the name being assigned held before, as `accelerator.prepare` hands it back: `model = accelerator.prepare(model)`
 SAME_VALUE: Value = ("same",)
 DATA_LOADER = "torch.utils.data.DataLoader"
@@ -853,6 +892,11 @@ _LIBRARY_VALUES: Mapping[str, Value] = {
     "detectron2.utils.comm.get_local_rank": ("rank", "local"),
     "detectron2.utils.comm.get_world_size": ("world",),
     "detectron2.utils.comm.is_main_process": ("bool", Truth("UTFF")),
+    # A name of the process's own: a random UUID, the process id.
+    "uuid.uuid1": VARIES_VALUE,
+    "uuid.uuid4": VARIES_VALUE,
+    "os.getpid": VARIES_VALUE,
+    **dict.fromkeys(DISTRIBUTED_SAMPLERS, SHARE_VALUE),
     **{name: ("object", built) for name, built in _FRAMEWORK_CLASSES.items() if name != "deepspeed.initialize"},
     # (engine, optimizer, training loader, scheduler)
     "deepspeed.initialize": (
@@ -916,27 +960,37 @@ def truth_of(value: Value) -> Truth:
         return ALWAYS
     if kind == "varies":
         return VARIES
+    if kind == "maybe":
+        return value[1] & truth_of(value[2])
     return UNIFORM
 
 
-def varies(value: Value) -> bool:
-    """Whether the value may differ between the ranks of a group."""
+def varies(value: Value, shares: bool = True) -> bool:
+    """Whether the value may differ between the ranks of a group; without `shares`, not counting items
+    of each rank's own share of the data (which no test on the rank picks)."""
     kind = value[0]
-    if kind in ("rank", "varies"):
+    if kind in ("rank", "varies") or (shares and kind == "share"):
         return True
-    if kind == "bool":
+    if kind in ("bool", "maybe"):
         ranks = value[1][GROUP_WORLDS]
         return len(set(ranks)) > 1 or "Q" in ranks
     if kind == "tuple":
-        return any(varies(item) for item in value[1:])
+        return any(varies(item, shares) for item in value[1:])
     return False
+
+
+def mixed(parts: Sequence[Value]) -> Value:
+    """What is computed from the parts: it differs between the ranks where one of them does."""
+    if any(varies(part, shares=False) for part in parts):
+        return VARIES_VALUE
+    return SHARE_VALUE if any(varies(part) for part in parts) else UNIFORM_VALUE
 
 
 def join(a: Value, b: Value) -> Value:
     if a == b:
         return a
     for first, second in ((a, b), (b, a)):
-        if first[0] == "varies":
+        if first[0] == "varies" or (first[0] == "share" and not varies(second, shares=False)):
             return first
         if first[0] == "rank":
             return ("rank", first[1] if second[0] != "rank" else "any")
@@ -949,6 +1003,35 @@ def join(a: Value, b: Value) -> Value:
     if a[0] == b[0] == "tuple" and len(a) == len(b):
         return ("tuple", *(join(x, y) for x, y in zip(a[1:], b[1:])))
     return UNIFORM_VALUE
+
+
+def _reads_rank(evaluation: "Evaluation", expr: Expr, filename: str) -> bool:
+    for part in _parts(expr):
+        value = evaluation.value(part, filename)
+        if value[0] in ("rank", "world") or varies(value, shares=False):
+            return True
+    return False
+
+
+def _parts(expr: Expr) -> Iterator[Expr]:
+    """The expression and each expression inside it."""
+    yield expr
+    kind = expr[0]
+    if kind == "call":
+        if expr[1][0] == "m":
+            yield from _parts(expr[1][1])
+        for argument in (*expr[2], *(value for _, value in expr[3])):
+            yield from _parts(argument)
+    elif kind in ("and", "or", "not", "ifexp", "fmt", "tuple", "items"):
+        for part in expr[1:]:
+            yield from _parts(part)
+    elif kind in ("cmp", "bin"):
+        yield from _parts(expr[2])
+        yield from _parts(expr[3])
+    elif kind in ("item", "attr"):
+        yield from _parts(expr[1])
+        if kind == "item" and isinstance(expr[2], tuple):
+            yield from _parts(expr[2])
 
 
 def _rank_equals(kind: str, number: object) -> Truth:
@@ -965,6 +1048,8 @@ def _rank_equals(kind: str, number: object) -> Truth:
 def _compare(operator: str, left: Value, right: Value) -> Value:
     if left[0] == "const" and right[0] != "const" and operator in ("==", "!=", "is", "is not"):
         left, right = right, left
+    if left[0] == "maybe" and right == ("const", None) and operator in ("==", "!=", "is", "is not"):
+        return ("bool", left[1] if operator in ("!=", "is not") else ~left[1])
     if right[0] == "tuple" and operator in ("in", "not in"):
         found = NEVER
         for item in right[1:]:
@@ -993,7 +1078,7 @@ def _compare(operator: str, left: Value, right: Value) -> Value:
         return ("bool", VARIES)
     if right[0] == "const" and left[0] == "world" and isinstance(right[1], int) and operator in _ORDER:
         return ("bool", _world_compared(operator, right[1]))
-    if varies(left) or varies(right):
+    if varies(left, shares=False) or varies(right, shares=False):
         return ("bool", VARIES)
     return ("bool", UNIFORM)
 
@@ -1020,7 +1105,7 @@ def _arithmetic(operator: str, left: Value, right: Value) -> Value:
             return VARIES_VALUE  # a node's index: several ranks share it
         return ("rank", "global" if len(ranks) == 2 or ranks[0][1] == "global" else "any")
     if varies(left) or varies(right):
-        return VARIES_VALUE
+        return mixed((left, right))
     if left[0] == right[0] == "const":
         try:
             return ("const", {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}[operator](left[1], right[1]))
@@ -1486,6 +1571,11 @@ class ExecutionModel:
         """What a model built by `name(...)` is: the class itself, or the classes a project function of that name returns."""
         return frozenset({name}) | self._built_by.get(name, frozenset())
 
+    def reads_rank(self, expr: Expr, filename: str) -> bool:
+        """Whether the expression (of the file, symbolic) or a part of it holds a rank, the world size or
+        something computed from the rank: a data set built for one rank's shard."""
+        return _reads_rank(self.default_evaluation, expr, filename)
+
     def defines_method(self, method: str) -> bool:
         """Whether a class of the project defines a method of that name."""
         return any(function.owner is not None and name.endswith("." + method) for info in self.files.values() for name, function in info.functions.items())
@@ -1726,23 +1816,40 @@ class Evaluation:
             return _compare(expr[1], self.value(expr[2], filename, bindings, depth), self.value(expr[3], filename, bindings, depth))
         if kind == "bin":
             return _arithmetic(expr[1], self.value(expr[2], filename, bindings, depth), self.value(expr[3], filename, bindings, depth))
-        if kind == "fmt":
-            return VARIES_VALUE if any(varies(self.value(part, filename, bindings, depth)) for part in expr[1:]) else UNIFORM_VALUE
+        if kind in ("fmt", "items"):
+            return mixed([self.value(part, filename, bindings, depth) for part in expr[1:]])
         if kind == "tuple":
             return ("tuple", *(self.value(part, filename, bindings, depth) for part in expr[1:]))
         if kind == "item":
             container = self.value(expr[1], filename, bindings, depth)
             if container[0] == "tuple" and isinstance(expr[2], int) and expr[2] < len(container) - 1:
                 return container[expr[2] + 1]
-            return VARIES_VALUE if varies(container) else UNIFORM_VALUE
+            if expr[2] is None:
+                # What a loop takes from what it iterates: data, which differs between the ranks where the
+                # ranks iterate different things, but no test on it picks ranks.
+                if container[:2] in (("object", DATA_LOADER), ("object", PREPARED_LOADER)):
+                    return self._batch(container)
+                return SHARE_VALUE if varies(container) else UNIFORM_VALUE
+            index = self.value(expr[2], filename, bindings, depth) if isinstance(expr[2], tuple) else UNIFORM_VALUE
+            return mixed((container, index))
         if kind == "attr":
             known = _FRAMEWORK_ATTRIBUTES.get(expr[2].rpartition(".")[2])
             if known is not None:
                 return known
-            return VARIES_VALUE if varies(self.value(expr[1], filename, bindings, depth)) else UNIFORM_VALUE
+            return mixed([self.value(expr[1], filename, bindings, depth)])
         if kind == "call":
             return self._call_value(expr, filename, bindings, depth)
         return UNIFORM_VALUE
+
+    def _batch(self, loader: Value) -> Value:
+        """What iterating a loader gives: a batch of the rank's own share where Accelerate prepared the
+        loader or its sampler is a `DistributedSampler`."""
+        if loader[1] == PREPARED_LOADER:
+            return SHARE_VALUE
+        filename, (_, _, arguments, keywords) = loader[2], loader[3]
+        named = dict(keywords)
+        samplers = [named.get("sampler", arguments[2] if len(arguments) > 2 else None), named.get("batch_sampler")]
+        return mixed([self.value(sampler, filename) for sampler in samplers if sampler is not None])
 
     def _group_rank(self, depth: int) -> Value:
         """What `dist.get_rank()` returns in this program: the rank its `init_process_group` calls pass
@@ -1778,7 +1885,7 @@ class Evaluation:
         if callee[0] == "q" and callee[1] in DATA_LOADERS:
             # A loader of what differs between the ranks (a rank's own shard) is what any other call of it is.
             passed = [*arguments, *(value for _, value in keywords)]
-            if any(varies(self.value(argument, filename, bindings, depth)) for argument in passed):
+            if any(varies(self.value(argument, filename, bindings, depth), shares=False) for argument in passed):
                 return VARIES_VALUE
             return ("object", DATA_LOADER, filename, expr)
         preparer = callee[0] == "q" and callee[1] in _LOADER_PREPARERS
@@ -1797,8 +1904,7 @@ class Evaluation:
         if callee[0] == "m" and callee[2] in ("item", "to", "cuda", "cpu", "__call__", "format", "strip", "lower"):
             inner = self.value(callee[1], filename, bindings, depth)
             if callee[2] == "format":
-                parts = [inner] + [self.value(a, filename, bindings, depth) for a in arguments]
-                return VARIES_VALUE if any(varies(p) for p in parts) else UNIFORM_VALUE
+                return mixed([inner] + [self.value(a, filename, bindings, depth) for a in arguments])
             if callee[2] != "__call__":
                 return inner
         if depth < _MAX_DEPTH:
@@ -1825,8 +1931,14 @@ class Evaluation:
                     result: Optional[Value] = ("bool", holds)
                 else:
                     result = None
-                    for _, value in values:
-                        result = value if result is None else join(result, value)
+                    given = NEVER  # where a `return` gives something other than None
+                    for guard, value in values:
+                        if value != ("const", None):
+                            result = value if result is None else join(result, value)
+                            given = given | self.guard_truth(guard, target[0], ALWAYS, own, depth + 1)
+                    if result is not None and len(values) > 1 and ("const", None) in (value for _, value in values):
+                        # `return None` unless rank 0: what a test of the result for None picks is where the rest return.
+                        result = ("maybe", given, result)
                 if result is not None:
                     results.append(result)
             if results:
@@ -1845,7 +1957,7 @@ class Evaluation:
         parts += [self.value(value, filename, bindings, depth) for _, value in keywords]
         if callee[0] == "m":
             parts.append(self.value(callee[1], filename, bindings, depth))
-        return VARIES_VALUE if any(varies(part) for part in parts) else UNIFORM_VALUE
+        return mixed(parts)
 
     def variable(self, key: str) -> Value:
         if key in self._values:
@@ -2156,6 +2268,12 @@ class FileExecution:
         found = self._function_at(line)
         evaluations = [evaluation for _, evaluation in self._evaluations(found[0])] if found is not None else []
         return evaluations or [self.model.default_evaluation]
+
+    def reads_rank(self, code: str, line: int) -> bool:
+        """Whether an expression at the line, or a part of it, holds a rank, the world size or something
+        computed from the rank (`ExecutionModel.reads_rank`); one the model cannot read may."""
+        expr = self.expression(code, line)
+        return expr is None or any(_reads_rank(evaluation, expr, self.filename) for evaluation in self._reaching_evaluations(line))
 
     def rules_out_object(self, line: int, code: str) -> bool:
         """Whether the conditions of the statement at the line rule out that the expression holds the

@@ -37,6 +37,7 @@ from typing import (
 from dplint.analysis import tensor_api
 from dplint.analysis.modules import ModuleIndex, absolute_module
 from dplint.analysis.patterns import GuardedPattern
+from dplint.analysis.saved_files import SavedFiles, scan_saved_files
 from dplint.analysis.torch_api import ATTRIBUTE_WRAPPERS, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, call_returns_tensor
 
 if TYPE_CHECKING:
@@ -237,6 +238,8 @@ class FileFacts:
     # Attributes its classes name `module` or `*module` (`self.submodule = ...`): a state dict key holds
     # `module.` further in, which a `replace("module.", "")` rewrites.
     module_attributes: Tuple[str, ...] = ()
+    # The checkpoint files it writes and reads, by name, and whether what it writes holds CUDA tensors.
+    saved_files: SavedFiles = SavedFiles()
 
     @property
     def imports_torch_directly(self) -> bool:
@@ -337,6 +340,7 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
     # Nor does it load a project's checkpoints, or build a project's models.
     loads, prefix_helpers = ((), ()) if library else scan_checkpoint_loads(text, path, parse)
     module_attributes = () if library else _module_attributes(text, parse)
+    saved_files = SavedFiles() if library else _saved_files(text, package, parse)
     sys_path_names = _sys_path_names(text)
     parses = parse() is not None if parse.cache_info().currsize else None  # type: ignore[attr-defined]
     if distributed is not None and (distributed.entry or distributed.run_calls):
@@ -369,6 +373,7 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
             module_attributes=module_attributes,
             sys_path_names=sys_path_names,
             parses=parses,
+            saved_files=saved_files,
         )
 
     if not (wrapping or tensors):
@@ -412,6 +417,7 @@ def collect_file_facts(text: str, module_name: str, package: str, path: str, fil
         module_attributes=module_attributes,
         sys_path_names=sys_path_names,
         parses=parses,
+        saved_files=saved_files,
     )
 
 # A wrap is a call of `DataParallel`/`data_parallel` (or `DistributedDataParallel`), by name or by an
@@ -1456,6 +1462,31 @@ class ProjectFacts:
         return tuple((name, load) for name, facts in sorted(self.files.items()) for load in facts.checkpoint_loads)
 
     @cached_property
+    def files_on_cpu(self) -> FrozenSet[str]:
+        """The names of the checkpoint files the project writes only with tensors on the CPU (or none)."""
+        written: Dict[str, bool] = {}
+        for facts in self.files.values():
+            for name, on_cpu in facts.saved_files.writes:
+                resolved = self._file_name(name)
+                if resolved is not None:
+                    written[resolved] = written.get(resolved, True) and on_cpu
+        return frozenset(name for name, on_cpu in written.items() if on_cpu)
+
+    def file_read(self, filename: str, line: int) -> Optional[str]:
+        """The name of the checkpoint file the `torch.load` of the file's line reads, where its path names one."""
+        facts = self.files.get(filename)
+        found = next((name for at, name in facts.saved_files.reads if at == line), None) if facts is not None else None
+        return self._file_name(found) if found is not None else None
+
+    def _file_name(self, name: str) -> Optional[str]:
+        """A file name, or for `=<qualified name>` the file name a module's name holds (None where unknown)."""
+        return self._file_name_constants.get(name[1:]) if name.startswith("=") else name
+
+    @cached_property
+    def _file_name_constants(self) -> Dict[str, str]:
+        return {f"{facts.module_name}.{name}": value for facts in self.files.values() for name, value in facts.saved_files.names}
+
+    @cached_property
     def prefix_helpers(self) -> FrozenSet[str]:
         """The names of the project's functions that strip the `module.` prefix."""
         return frozenset(name for facts in self.files.values() for name in facts.prefix_helpers)
@@ -1996,6 +2027,13 @@ def scan_checkpoint_loads(text: str, path: str, parse: Callable[[], Optional[ast
                 )
                 found.append(CheckpointLoad(path, call.lineno, model, into_wrapper, copes or in_try_with_wrap, through))
     return tuple(found), tuple(sorted(helpers))
+
+
+def _saved_files(text: str, package: str, parse: Callable[[], Optional[ast.Module]]) -> SavedFiles:
+    if "save(" not in text and "load(" not in text:
+        return SavedFiles()
+    tree = parse()
+    return SavedFiles() if tree is None else scan_saved_files(tree, _Names.of(tree, package).qualify)
 
 
 def _functions_with_classes(tree: ast.Module) -> Iterator[Tuple[ast.AST, Optional[ast.ClassDef]]]:

@@ -30,6 +30,7 @@ FULLY_SHARDED_DATA_PARALLEL = frozenset(
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
 # `dist.get_rank()` without a group: the process's rank in the group `init_process_group` started.
 GROUP_RANK_GETTERS = frozenset({"torch.distributed.get_rank", "torch.distributed.distributed_c10d.get_rank"})
+DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
 FULLY_SHARD = frozenset({"torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard"})
 # The wrappers whose attributes are their own, not the model's (the model is `wrapper.module`), by class.
 ATTRIBUTE_WRAPPERS = {

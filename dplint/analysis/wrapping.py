@@ -862,6 +862,26 @@ def wrapped_names(ctx: FileContext, scope: ScopeInfo, classes: Mapping[str, str]
     )
 
 
+def wrapped_at(ctx: FileContext, scope: ScopeInfo, node: cst.CSTNode) -> FrozenSet[str]:
+    """The names that may hold a DDP/DataParallel wrapper where the statement holding `node` runs: a
+    forward written before `model = DDP(model)` goes through the bare model. Outside any small
+    statement (an `if` or `for` header), those of the whole scope."""
+    point = ctx.memo(f"wrap-lines:{id(scope.node)}", lambda: _points_by_line(ctx, scope)).get(ctx.line(node))
+    if point is None:
+        return wrapped_names(ctx, scope)
+    kinds = set(DDP_CLASSES.values())
+    return frozenset(name for name, sites in point.wrapped.items() if any(site.wrapper in kinds for site in sites))
+
+
+def _points_by_line(ctx: FileContext, scope: ScopeInfo) -> Dict[int, Point]:
+    found: Dict[int, Point] = {}
+    for point in _points_by_scope(ctx).get(scope.node, ()):
+        position = ctx.position(point.statement)
+        for line in range(position.start.line, position.end.line + 1):
+            found.setdefault(line, point)
+    return found
+
+
 def _fsdp_wrapped_names(ctx: FileContext, scope: ScopeInfo) -> FrozenSet[str]:
     """FSDP is no attribute-hiding wrapper, so not in the shared walk: its own walk of the scope, and
     the `self.<attr>` that the scope's class wraps in any of its methods."""
