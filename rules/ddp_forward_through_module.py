@@ -46,8 +46,9 @@ class ForwardThroughDdpModule(Rule):
     Finds `ddp_model.module(x)` or `ddp_model.module.some_method(x)` (a DDP model bound in the same
     function or class, or passed to a function of the same file) whose result reaches `.backward()`.
     Calls under `torch.no_grad()`/`inference_mode()` and results that never reach a backward are fine,
-    and so is a `.module` method called after the DDP model's own forward in the same function (a loss
-    computed from its outputs, `model.module.get_loss(ret, gt)`): that forward armed the all-reduce.
+    and so is a `.module` method whose result reaches a backward that the DDP model's own forward
+    precedes in the same function (a loss computed from its outputs, `model.module.get_loss(ret, gt)`,
+    or embeddings looked up through `.module` and fed to it): that forward armed the all-reduce.
 
     ## Why is this bad?
     DDP arms its gradient all-reduce in its own `forward`. A forward through `.module` skips it: the
@@ -85,6 +86,19 @@ class ForwardThroughDdpModule(Rule):
     distributed_programs_only = True
 
     VALID = [
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def train(net, loader, optimizer, local_rank):
+                model = DDP(net, device_ids=[local_rank])
+                for ids, target in loader:
+                    embeddings = model.module.embed(ids)  # fed to the DDP forward below, which arms the all-reduce
+                    loss = (model(embeddings) - target).pow(2).mean()
+                    loss.backward()
+                    optimizer.step()
+            """
+        ),
         Valid(
             """
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -186,7 +200,7 @@ class ForwardThroughDdpModule(Rule):
             for call in calls_in(small):
                 if isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward":
                     origin = _origin(call, tainted, sources)
-                    if origin is not None:
+                    if origin is not None and not forwarded:
                         owner = dotted(origin.func) or "model.module"
                         yield Report(
                             node=origin,

@@ -37,7 +37,7 @@ from typing import (
 from dplint.analysis import tensor_api
 from dplint.analysis.modules import ModuleIndex, absolute_module
 from dplint.analysis.patterns import GuardedPattern
-from dplint.analysis.saved_files import SavedFiles, scan_saved_files
+from dplint.analysis.saved_files import FILE_NAME_CONSTANT, SavedFiles, io_call_lines, scan_saved_files
 from dplint.analysis.torch_api import ATTRIBUTE_WRAPPERS, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, call_returns_tensor
 
 if TYPE_CHECKING:
@@ -2030,10 +2030,10 @@ def scan_checkpoint_loads(text: str, path: str, parse: Callable[[], Optional[ast
 
 
 def _saved_files(text: str, package: str, parse: Callable[[], Optional[ast.Module]]) -> SavedFiles:
-    if "save(" not in text and "load(" not in text:
-        return SavedFiles()
-    tree = parse()
-    return SavedFiles() if tree is None else scan_saved_files(tree, _Names.of(tree, package).qualify)
+    calls = io_call_lines(text)
+    named = FILE_NAME_CONSTANT.search(text) is not None
+    tree = parse() if calls or named else None
+    return SavedFiles() if tree is None else scan_saved_files(tree, _Names.of(tree, package).qualify, calls, named)
 
 
 def _functions_with_classes(tree: ast.Module) -> Iterator[Tuple[ast.AST, Optional[ast.ClassDef]]]:

@@ -37,6 +37,10 @@ _ON_CPU = frozenset({"cpu", "numpy", "tolist", "item", "parse_args", "parse_know
 _IN_PLACE = frozenset({"detach", "clone", "contiguous", "float", "half", "double", "bfloat16", "int", "long", "squeeze", "unsqueeze", "view", "reshape"})
 _MOVES = frozenset({"cuda", "to"})
 _FILE_NAME = re.compile(r"[\w.+-]*\w\.\w+")
+# A call that may write or read a checkpoint file (`torch.save(`, `load(`, `dcp_to_torch_save(`), and a
+# top-level name that may hold a file's name.
+_IO_CALL = re.compile(r"(?:save|load)[ \t]*\(")
+FILE_NAME_CONSTANT = re.compile(r"^[A-Za-z_]\w*[ \t]*=[ \t]*[rRuU]?[\"'][^\"'\n]*\.\w+[\"']", re.M)
 
 
 @dataclass(frozen=True)
@@ -50,45 +54,81 @@ class SavedFiles:
     names: Tuple[Tuple[str, str], ...] = ()
 
 
-def scan_saved_files(tree: ast.Module, qualify: Callable[[ast.AST], Optional[str]]) -> SavedFiles:
+def io_call_lines(text: str) -> List[int]:
+    """The lines of the text that may call `torch.save`, `torch.load` or `dcp_to_torch_save`."""
+    if "save" not in text and "load" not in text:
+        return []
+    lines, line, counted = [], 1, 0
+    for match in _IO_CALL.finditer(text):
+        line += text.count("\n", counted, match.start())
+        counted = match.start()
+        lines.append(line)
+    return lines
+
+
+def scan_saved_files(tree: ast.Module, qualify: Callable[[ast.AST], Optional[str]], calls: Sequence[int], constants_named: bool) -> SavedFiles:
+    """The files the module writes and reads through calls on the lines `calls` (`io_call_lines`), and
+    where `constants_named`, the file names its top level holds."""
     constants = _Assignments(tree.body, None)
     module_scope = _Scope(constants, (), frozenset(), qualify)
     names = []
-    for name in constants.values:
+    for name in constants.values if constants_named else ():
         value = constants.single(name)
         found = module_scope.file_name(value, whole=True) if value is not None else None
         if found is not None and not found.startswith("="):
             names.append((name, found))
-    parsed_options = _parsed_option_names(tree)
     writes: List[Tuple[str, bool]] = []
     reads: List[Tuple[int, str]] = []
-    for body, parameters in _bodies(tree):
-        scope = _Scope(_Assignments(body, constants), parameters, parsed_options, qualify)
-        for call in _calls(body):
-            called = qualify(call.func)
-            if called == SAVE and len(call.args) >= 2:
-                name = scope.file_name(call.args[1], whole=True)
-                if name is not None:
-                    writes.append((name, scope.on_cpu(call.args[0], call.lineno)))
-            elif called in _DCP_TO_TORCH_SAVE and len(call.args) >= 2:
-                name = scope.file_name(call.args[1], whole=True)
-                if name is not None:
-                    writes.append((name, True))
-            elif called == LOAD and call.args:
-                name = scope.file_name(call.args[0], whole=True)
-                if name is not None:
-                    reads.append((call.lineno, name))
+    scopes: Dict[int, _Scope] = {}
+    parsed_options = _ParsedOptions(tree)
+    for function, call in _file_calls(tree, calls):
+        called = qualify(call.func)
+        if called not in (SAVE, LOAD) and called not in _DCP_TO_TORCH_SAVE:
+            continue
+        if id(function) not in scopes:
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                arguments = function.args
+                parameters = tuple(a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
+                scopes[id(function)] = _Scope(_Assignments(function.body, constants), parameters, parsed_options, qualify)
+            else:
+                scopes[id(function)] = _Scope(constants, (), parsed_options, qualify)
+        scope = scopes[id(function)]
+        if called == LOAD:
+            name = scope.file_name(call.args[0], whole=True) if call.args else None
+            if name is not None:
+                reads.append((call.lineno, name))
+        elif len(call.args) >= 2:
+            name = scope.file_name(call.args[1], whole=True)
+            if name is not None:
+                writes.append((name, called != SAVE or scope.on_cpu(call.args[0], call.lineno)))
     return SavedFiles(tuple(sorted(set(writes))), tuple(sorted(set(reads))), tuple(sorted(names)))
 
 
-def _bodies(tree: ast.Module) -> Iterator[Tuple[Sequence[ast.stmt], Tuple[str, ...]]]:
-    """The module's top level and each function's body, with the function's parameters."""
-    yield tree.body, ()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            arguments = node.args
-            names = tuple(a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
-            yield node.body, names
+def _file_calls(tree: ast.Module, lines: Sequence[int]) -> Iterator[Tuple[Optional[ast.AST], ast.Call]]:
+    """Each call on one of the lines, with the function whose own code holds it (None: the module's top
+    level): found by descending to the statement that holds the line, not by walking the whole tree."""
+    for line in sorted(set(lines)):
+        function: Optional[ast.AST] = None
+        body: Sequence[ast.stmt] = tree.body
+        holder: Optional[ast.AST] = None
+        while holder is None:
+            statement = next((s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+            if statement is None:
+                break
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                function = statement
+            blocks = [getattr(statement, name, None) or [] for name in ("body", "orelse", "finalbody")]
+            blocks += [part.body for part in (*getattr(statement, "handlers", ()), *getattr(statement, "cases", ()))]
+            inner = [child for block in blocks for child in block if isinstance(child, ast.stmt)]
+            if inner and any(child.lineno <= line <= (child.end_lineno or child.lineno) for child in inner):
+                body = inner
+            else:
+                holder = statement
+        if holder is None or isinstance(holder, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue  # a blank line, or a definition's own line (its decorators, its defaults)
+        for node in _own_nodes([holder]):
+            if isinstance(node, ast.Call) and node.lineno == line:
+                yield function, node
 
 
 def _own_nodes(body: Sequence[ast.stmt]) -> Iterator[ast.AST]:
@@ -148,21 +188,30 @@ class _Assignments:
         return [value for at, value in sorted(self.values.get(name, ()), key=lambda assigned: assigned[0]) if at < line]
 
 
-def _parsed_option_names(tree: ast.Module) -> frozenset:
-    """Names the module assigns only the options a parser parsed (`args = parser.parse_args()`)."""
-    found: Dict[str, bool] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    value = node.value
-                    parsed = isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "parse_args"
-                    found[target.id] = found.get(target.id, True) and parsed
-    return frozenset(name for name, parsed in found.items() if parsed)
+class _ParsedOptions:
+    """The names a module assigns only the options a parser parsed (`args = parser.parse_args()`), read
+    from the whole module the first time a save of a parameter asks."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self._names: Optional[frozenset] = None
+
+    def __contains__(self, name: str) -> bool:
+        if self._names is None:
+            found: Dict[str, bool] = {}
+            for node in ast.walk(self.tree):
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            value = node.value
+                            parsed = isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "parse_args"
+                            found[target.id] = found.get(target.id, True) and parsed
+            self._names = frozenset(name for name, parsed in found.items() if parsed)
+        return name in self._names
 
 
 class _Scope:
-    def __init__(self, assignments: _Assignments, parameters: Tuple[str, ...], parsed_options: frozenset, qualify) -> None:
+    def __init__(self, assignments: _Assignments, parameters: Tuple[str, ...], parsed_options, qualify) -> None:
         self.assignments = assignments
         self.parameters = parameters
         self.parsed_options = parsed_options
