@@ -103,7 +103,7 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in GATHERING_TENSOR_METHODS and not call.args:
         return [Collective(f"`{ctx.code(call.func)}()` (a DTensor's gather)", call)]
     target = dotted(call.func)
-    if target is not None and target in wrapped_at(ctx, scope, call):
+    if target is not None and target in wrapped_names(ctx, scope) and target in wrapped_at(ctx, scope, call):
         return [Collective(f"the forward of DDP model `{target}`", call, buffers_only=True)]
     if isinstance(call.func, cst.Attribute) and call.func.attr.value == "state_dict":
         receiver = dotted(call.func.value)

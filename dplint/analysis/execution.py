@@ -777,13 +777,14 @@ def _spawn_processes(call: ast.Call, qualified: str) -> Optional[ast.AST]:
 
 # Library calls that give the items of what they are passed, as they are (a progress bar, an iterator).
 _PASSING_ITERATORS = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "iter", "rich.progress.track"})
+_PASSING_ITERATOR_NAMES = frozenset(name.rpartition(".")[2] for name in _PASSING_ITERATORS)
 
 
 def _loop_bindings(loop: ast.AST, symbols: Symbols, scope: _Scope) -> List[Tuple[str, Expr]]:
     """What a `for` loop binds each time round: an item of what it iterates; `enumerate(x)` gives a count
     and an item of `x`, `zip(a, b)` an item of each."""
     target, iterated = loop.target, loop.iter  # type: ignore[attr-defined]
-    while isinstance(iterated, ast.Call) and iterated.args and symbols.qualified(iterated.func, scope) in _PASSING_ITERATORS:
+    while isinstance(iterated, ast.Call) and iterated.args and _last_name(iterated.func) in _PASSING_ITERATOR_NAMES and symbols.qualified(iterated.func, scope) in _PASSING_ITERATORS:
         iterated = iterated.args[0]  # `tqdm(loader)` gives the loader's items
     if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name) and isinstance(target, (ast.Tuple, ast.List)) and not iterated.keywords:
         if iterated.func.id == "enumerate" and len(target.elts) == 2 and len(iterated.args) == 1:
