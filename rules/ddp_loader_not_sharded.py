@@ -4,7 +4,7 @@ from typing import Iterator, List, Sequence, Set
 
 import libcst as cst
 
-from dplint.analysis.names import block_body
+from dplint.analysis.names import block_body, descendants
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
 from dplint.analysis.facts import ProjectFacts
@@ -320,22 +320,7 @@ def _loader_calls(ctx: FileContext) -> List[cst.Call]:
 def _reads_rank(ctx: FileContext, cls: cst.ClassDef) -> bool:
     """Whether the class's code reads the rank or the world size somewhere (`dist.get_rank()`, `self.rank`
     given one): what an iterable data set that yields only its rank's items does."""
-    return any(ctx.reads_rank(node) for node in _expressions(cls.body))
-
-
-def _expressions(body: cst.CSTNode) -> List[cst.BaseExpression]:
-    found: List[cst.BaseExpression] = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            found.append(node)
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            found.append(node)
-            return False
-
-    body.visit(Collect())
-    return found
+    return any(ctx.reads_rank(node) for node in descendants(cls.body) if isinstance(node, (cst.Call, cst.Attribute)))
 
 
 def _shuffles_unsharded(ctx: FileContext, filename: str, call: tuple) -> bool:

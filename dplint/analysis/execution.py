@@ -129,7 +129,8 @@ class Where:
 # ("env", name) an environment variable; ("has", name) `name in os.environ`; ("cmp", operator, left,
 # right); ("and", ...), ("or", ...), ("not", x); ("ifexp", test, body, orelse); ("bin", operator, left,
 # right); ("fmt", parts...);
-# ("tuple", items...); ("item", x, index); ("items", x) a comprehension over x; ("u",) anything else.
+# ("tuple", items...); ("item", x, index) with an int, an expression, or None for what a loop over x
+# takes; ("items", x) a comprehension over x; ("u",) anything else.
 #
 # Variable keys: "L:<function>:<name>" a local or parameter, "G:<module>:<name>" a module's global,
 # "S:<class>:<attribute path>" an attribute of `self`, "A:<text>" an attribute path of any other
