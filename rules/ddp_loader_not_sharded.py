@@ -32,8 +32,10 @@ class TrainingLoaderNotSharded(Rule):
     In a program that wraps a model in DDP (or FSDP), finds a training `DataLoader(..., shuffle=True)`
     with no `sampler=`/`batch_sampler=` in a file that builds no `DistributedSampler` (outside a branch
     on the distributed mode), and `IterableDataset` classes whose code never reads the rank or world
-    size (`dist.get_rank()`, the `RANK` variable, a rank the class was given): splitting the stream
-    between a loader's workers (`get_worker_info`) still gives every rank the same data.
+    size (`dist.get_rank()`, the `RANK` variable, a rank the class was given) and whose objects the
+    project hands to a `DataLoader` as its data set (a stage that a pipeline shards later, such as
+    webdataset's `split_by_node`, is not one): splitting the stream between a loader's workers
+    (`get_worker_info`) still gives every rank the same data.
 
     Under Hugging Face Accelerate, finds a `DataLoader(..., shuffle=True)` that a training loop (one
     whose body calls `backward` or steps an optimizer, in a function that uses the `Accelerator`)
@@ -91,6 +93,20 @@ class TrainingLoaderNotSharded(Rule):
         return super().applies_to(text, module_classes, project) or (project.uses_accelerate and ".backward(" in text)
 
     VALID = [
+        Valid(
+            """
+            import webdataset as wds
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader, IterableDataset
+
+            class ShardList(IterableDataset):  # a pipeline's first stage: split_by_node shards what it yields
+                def __iter__(self):
+                    yield from self.urls
+
+            model = DDP(net)
+            loader = DataLoader(wds.DataPipeline(ShardList(), wds.split_by_node, wds.tarfile_to_samples()), batch_size=None)
+            """
+        ),
         Valid(
             """
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -217,6 +233,7 @@ class TrainingLoaderNotSharded(Rule):
                         yield from read_tokens(path)
 
             model = DDP(net)
+            loader = torch.utils.data.DataLoader(TokenStream(files), batch_size=8)
             """,
             line=4,
         ),
@@ -298,7 +315,7 @@ class TrainingLoaderNotSharded(Rule):
             if not any(ctx.qualify(base.value) in ITERABLE_DATASETS for base in statement.bases):
                 continue
             defines_iter = any(isinstance(s, cst.FunctionDef) and s.name.value == "__iter__" for s in block_body(statement.body))
-            if defines_iter and not _reads_rank(ctx, statement):
+            if defines_iter and ctx.execution.feeds_a_loader(statement.name.value) and not _reads_rank(ctx, statement):
                 yield Report(
                     node=statement.name,
                     message=f"`{statement.name.value}` never reads the rank or world size: every DDP rank streams the same data.",

@@ -26,16 +26,18 @@ from dplint.analysis.ddp import (
     shards_through_accelerate,
     on_a_subgroup,
     ScopeInfo,
+    argument,
     collective_calls,
     collective_name,
     exits,
+    is_literal,
     iter_scopes,
     passed_parameters,
     scope_calls,
 )
 from dplint.analysis.execution import ACCELERATOR_CLASS
 from dplint.analysis.torch_api import FULLY_SHARDED_DATA_PARALLEL
-from dplint.analysis.wrapping import FSDP_CLASSES, wrapped_at, wrapped_names
+from dplint.analysis.wrapping import DDP_CLASSES, FSDP_CLASSES, WrapSite, ddp_wraps_at, wrapped_names, wrapper_call
 
 
 @dataclass(frozen=True)
@@ -103,8 +105,11 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in GATHERING_TENSOR_METHODS and not call.args:
         return [Collective(f"`{ctx.code(call.func)}()` (a DTensor's gather)", call)]
     target = dotted(call.func)
-    if target is not None and target in wrapped_names(ctx, scope) and target in wrapped_at(ctx, scope, call):
-        return [Collective(f"the forward of DDP model `{target}`", call, buffers_only=True)]
+    if target is not None and target in wrapped_names(ctx, scope):
+        wraps = ddp_wraps_at(ctx, scope, call)
+        sites = wraps.get(target, frozenset()) if wraps is not None else None
+        if sites is None or (sites and not all(_syncs_no_buffers(ctx, site) for site in sites)):
+            return [Collective(f"the forward of DDP model `{target}`", call, buffers_only=True)]
     if isinstance(call.func, cst.Attribute) and call.func.attr.value == "state_dict":
         receiver = dotted(call.func.value)
         if receiver is not None and receiver in wrapped_names(ctx, scope, FSDP_CLASSES):
@@ -116,6 +121,12 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
         if held == ACCELERATOR_CLASS and call.func.attr.value in SHARDED_ACCELERATE_COLLECTIVES and shards_through_accelerate(ctx):
             return [Collective(f"`{ctx.code(call.func)}()` (under DeepSpeed or FSDP)", call)]
     return []
+
+
+def _syncs_no_buffers(ctx: FileContext, site: WrapSite) -> bool:
+    """Whether the wrap is a `DDP(..., broadcast_buffers=False)` of this file: its forward runs no collective."""
+    wrap = wrapper_call(ctx, site.node, DDP_CLASSES) if isinstance(site.node, cst.BaseExpression) else None
+    return wrap is not None and is_literal(argument(wrap, "broadcast_buffers"), False)
 
 
 def collectives_of(ctx: FileContext, callees: _Callees, scope: ScopeInfo, block: Body) -> List[Collective]:
@@ -203,8 +214,10 @@ class RankConditionalCollective(Rule):
     leaves out belong to that group is not known. Whether
     a DDP model has buffers is not known statically: its rank-0-only forward is reported with the
     condition in the message, and it does not hang for a model without buffers or with
-    `broadcast_buffers=False`. A forward counts as DDP's only where the name may hold the wrapper at
-    that statement: one written before `model = DDP(model)` goes through the bare model. The body of
+    `broadcast_buffers=False` passed elsewhere than at the wrap. A forward counts as DDP's only where
+    the name may hold the wrapper at that statement (one written before `model = DDP(model)` goes
+    through the bare model), and only where a wrap that reaches it syncs buffers (not
+    `DDP(model, broadcast_buffers=False)`). The body of
     `if local_rank == -1:` runs only without a process group
     and is not checked. Accelerate's `save_state` and `get_state_dict` gather only under DeepSpeed or
     FSDP: they are reported where the program itself sets those up (a `DeepSpeedPlugin` or
@@ -319,6 +332,22 @@ class RankConditionalCollective(Rule):
                 reference = model(x)  # the bare model: the wrap comes below
             if ddp:
                 model = DDP(model)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def train(net, rank, loader):
+                dist.init_process_group("nccl")
+                model = DDP(net, device_ids=[rank], broadcast_buffers=False)  # its forward syncs nothing
+                for x in loader:
+                    model(x).sum().backward()
+                if rank == 0:
+                    with torch.no_grad():
+                        preview = model(x)
             """
         ),
     ]

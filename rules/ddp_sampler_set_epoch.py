@@ -55,7 +55,10 @@ class DistributedSamplerWithoutSetEpoch(Rule):
     ## What it does
     Finds a shuffling `DistributedSampler(...)` in a project that loops over epochs but never calls
     `set_epoch` (on the sampler, `loader.sampler`, `loader.batch_sampler.sampler`, or a custom
-    sampler's own `set_epoch`) anywhere. Reported at the sampler's construction.
+    sampler's own `set_epoch`) anywhere. Where the programs that run it are known, each of them that
+    trains (its code calls `backward()`) must call `set_epoch` itself: a sibling script's call does
+    nothing for it, and an evaluation script that builds the training loaders too does not count.
+    Reported at the sampler's construction.
 
     ## Why is this bad?
     `DistributedSampler` seeds its shuffle with `seed + epoch`, and `epoch` stays 0 until `set_epoch`
@@ -243,7 +246,7 @@ class DistributedSamplerWithoutSetEpoch(Rule):
             # test's, does nothing for this one. Where no program is known to reach it, or a class of the
             # project defines its own `set_epoch` (called by whatever steps it), the files of the
             # programs it may belong to tell.
-            sets_epoch = None if ctx.project.execution.defines_method("set_epoch") else ctx.execution.programs_call(ctx.line(call), "set_epoch")
+            sets_epoch = None if ctx.project.execution.defines_method("set_epoch") else ctx.execution.programs_call(ctx.line(call), "set_epoch", "backward")
             if sets_epoch or (sets_epoch is None and facts.sets_epoch):
                 continue
             known, shuffle = passed_argument(ctx, scope, call, "shuffle", 3)

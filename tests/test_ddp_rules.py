@@ -92,6 +92,22 @@ def test_a_sibling_program_setting_the_epoch_does_not_cover_another(tmp_path):
     assert codes(lint(tmp_path)) == [("data.py", 5, "DPL501")]
 
 
+def test_an_evaluation_program_that_builds_the_training_sampler_but_never_trains_needs_no_set_epoch(tmp_path):
+    # evaluate.py builds the same loaders to reach its validation data; it never runs a backward.
+    write(tmp_path, "data.py", DATA)
+    write(tmp_path, "train.py", TRAIN.format(set_epoch="loader.sampler.set_epoch(epoch)") + "\nmain(load(), build())\n")
+    evaluate = (
+        "import torch.distributed as dist\nfrom data import build_loader\n\n\n"
+        "def main(dataset, model):\n    dist.init_process_group('gloo')\n    loader = build_loader(dataset)\n"
+        "    for epoch in range(3):\n        for x, y in loader:\n            print(model(x))\n\n\nmain(load(), build())\n"
+    )
+    write(tmp_path, "evaluate.py", evaluate)
+    assert codes(lint(tmp_path)) == []
+    # A second program that trains without stepping it is still reported.
+    write(tmp_path, "evaluate.py", evaluate.replace("print(model(x))", "model(x).sum().backward()"))
+    assert codes(lint(tmp_path)) == [("data.py", 5, "DPL501")]
+
+
 def test_two_projects_linted_together_keep_their_own_facts(tmp_path):
     # The same module names in two folders: the set_epoch of one must not silence the other.
     write(tmp_path, "good/data.py", DATA)
@@ -604,7 +620,7 @@ def test_a_sampler_built_only_when_a_caller_says_training_is_not_the_evaluation_
         return DataLoader(dataset, sampler=sampler), sampler
     """)
     write(tmp_path, "train.py", "import torch.distributed as dist\nfrom data import build_dataloader\n\ndist.init_process_group('nccl')\nloader, sampler = build_dataloader(range(8))\nfor epoch in range(3):\n    sampler.set_epoch(epoch)\n    for batch in loader:\n        pass\n")
-    write(tmp_path, "test.py", "import torch.distributed as dist\nfrom data import build_dataloader\n\ndist.init_process_group('nccl')\nloader, _ = build_dataloader(range(8), training={training})\nfor epoch in range(3):\n    for batch in loader:\n        pass\n".replace("{training}", "False"))
+    write(tmp_path, "test.py", "import torch.distributed as dist\nfrom data import build_dataloader\n\ndist.init_process_group('nccl')\nloader, _ = build_dataloader(range(8), training={training})\nfor epoch in range(3):\n    for batch in loader:\n        model(batch).sum().backward()\n".replace("{training}", "False"))
     assert codes(lint(tmp_path, select=("DPL501",))) == []
     write(tmp_path, "test.py", (tmp_path / "test.py").read_text().replace("training=False", "training=True"))
     assert codes(lint(tmp_path, select=("DPL501",))) == [("data.py", 6, "DPL501")]

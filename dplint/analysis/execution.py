@@ -1251,6 +1251,25 @@ class ExecutionModel:
         classes = frozenset(name.rpartition(".")[2] for name in self._class_file if self.plain_class(name))
         return classes | frozenset(name for name, built in self._built_by.items() if built & classes)
 
+    @cached_property
+    def loader_data_sets(self) -> FrozenSet[str]:
+        """The project classes (qualified) whose objects the project hands to a torch `DataLoader` as its
+        data set: `DataLoader(Stream(...))`, or a variable assigned `Stream(...)` that is passed."""
+        found: Set[str] = set()
+        for filename, info in self.files.items():
+            for function in info.functions.values():
+                for site in function.calls:
+                    if site.callee[0] != "q" or site.callee[1] not in DATA_LOADERS:
+                        continue
+                    dataset = dict(site.keywords).get("dataset", site.arguments[0] if site.arguments else None)
+                    values = [entry[2] for entry in self.assignments(dataset[1])] if dataset is not None and dataset[0] == "v" else [dataset]
+                    for value in values:
+                        if value is not None and value[0] == "call" and value[1][0] == "q":
+                            resolved = self._class(value[1][1], filename)
+                            if resolved is not None:
+                                found.add(resolved[1])
+        return frozenset(found)
+
     def plain_class(self, class_name: str, seen: FrozenSet[str] = frozenset()) -> bool:
         """Whether the project class is no `nn.Module`: every base is a plain class of the project (or
         `object`), and it defines no `parameters` a wrapper could call."""
@@ -2247,9 +2266,11 @@ class FileExecution:
             truth = found_truth if truth is None else truth.either(found_truth)
         return truth or VARIES
 
-    def programs_call(self, line: int, method: str) -> Optional[bool]:
+    def programs_call(self, line: int, method: str, among_callers_of: Optional[str] = None) -> Optional[bool]:
         """Whether every program that runs the statement at the line in a process group calls
-        `<anything>.<method>(...)` somewhere in its own code (None: no program is known to)."""
+        `<anything>.<method>(...)` somewhere in its own code (None: no program is known to); with
+        `among_callers_of`, of those programs only the ones that call that method too (`backward`: the
+        programs that train)."""
         found = self._statement(line)
         if found is None:
             return None
@@ -2258,7 +2279,9 @@ class FileExecution:
         programs = [
             program
             for program in self.model.programs
-            if function in program.truth and Where(self.model.guard_through_calls(program, function, guard)).in_group
+            if function in program.truth
+            and Where(self.model.guard_through_calls(program, function, guard)).in_group
+            and (among_callers_of is None or any(self.model.calls_method(other, among_callers_of) for other in program.truth))
         ]
         if not programs:
             return None
@@ -2270,6 +2293,12 @@ class FileExecution:
         found = self._function_at(line)
         evaluations = [evaluation for _, evaluation in self._evaluations(found[0])] if found is not None else []
         return evaluations or [self.model.default_evaluation]
+
+    def feeds_a_loader(self, class_name: str) -> bool:
+        """Whether the project hands objects of this file's top-level class to a torch `DataLoader`
+        (`ExecutionModel.loader_data_sets`)."""
+        info = self.model.files.get(self.filename)
+        return info is not None and f"{info.summary.module}.{class_name}" in self.model.loader_data_sets
 
     def reads_rank(self, code: str, line: int) -> bool:
         """Whether an expression at the line, or a part of it, holds a rank, the world size or something

@@ -862,15 +862,15 @@ def wrapped_names(ctx: FileContext, scope: ScopeInfo, classes: Mapping[str, str]
     )
 
 
-def wrapped_at(ctx: FileContext, scope: ScopeInfo, node: cst.CSTNode) -> FrozenSet[str]:
-    """The names that may hold a DDP/DataParallel wrapper where the statement holding `node` runs: a
-    forward written before `model = DDP(model)` goes through the bare model. Outside any small
-    statement (an `if` or `for` header), those of the whole scope."""
+def ddp_wraps_at(ctx: FileContext, scope: ScopeInfo, node: cst.CSTNode) -> Optional[Dict[str, FrozenSet[WrapSite]]]:
+    """The DDP wraps that may reach the statement holding `node`, by the name they wrap into: a forward
+    written before `model = DDP(model)` goes through the bare model. None outside any small statement
+    (an `if` or `for` header)."""
     point = ctx.memo(f"wrap-lines:{id(scope.node)}", lambda: _points_by_line(ctx, scope)).get(ctx.line(node))
     if point is None:
-        return wrapped_names(ctx, scope)
+        return None
     kinds = set(DDP_CLASSES.values())
-    return frozenset(name for name, sites in point.wrapped.items() if any(site.wrapper in kinds for site in sites))
+    return {name: wraps for name, sites in point.wrapped.items() if (wraps := frozenset(site for site in sites if site.wrapper in kinds))}
 
 
 def _points_by_line(ctx: FileContext, scope: ScopeInfo) -> Dict[int, Point]:
