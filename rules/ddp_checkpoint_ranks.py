@@ -149,8 +149,9 @@ class CheckpointOnEveryRank(Rule):
     code = "DPL505"
     preview = True
     preview_reason = (
-        "Measured 0.75 (45 true, 15 false): a guard held in a value that the other ranks get as None, an assert in "
-        "another module, or a cache that rank 0 writes first behind a barrier is not seen."
+        "Measured 0.75 on the 796 repositories of bench/wild (76 true, 25 false, 7 moot): a saver that other ranks hold as a "
+        "no-op object, an attribute that is None on the other ranks, an assert in another module, or a cache that rank 0 "
+        "writes first behind a barrier is not seen."
     )
     name = "checkpoint-on-every-rank"
     summary = "`torch.save` run by every rank of a process group, to the same path: the writes race."
@@ -561,7 +562,9 @@ class LoadWithoutMapLocation(Rule):
     code = "DPL506"
     preview = True
     preview_reason = (
-        "Measured 0.64 (69 true, 38 false, 19 moot): whether the file holds CUDA tensors (CPU dumps, torchvision's weights, single-process branches) is not established."
+        "Measured 0.78 on the 796 repositories of bench/wild (100 true, 29 false, 34 moot): what a file holds is followed "
+        "only where its path ends in a literal name or a module's constant; paths held in attributes, downloaded weights "
+        "and files another program writes under the same name are not established."
     )
     name = "load-without-map-location"
     summary = "`torch.load` without `map_location` on every rank: all ranks load GPU tensors onto `cuda:0`."

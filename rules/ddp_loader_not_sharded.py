@@ -76,7 +76,9 @@ class TrainingLoaderNotSharded(Rule):
     code = "DPL503"
     preview = True
     preview_reason = (
-        "Measured 0.50 (6 true, 6 false, 2 moot; its Accelerate part 3 of 3 true): shards made by a collate function, an IterableDataset or a project sampler that reads the rank are missed, and so are `__main__` debug blocks and helpers no script calls."
+        "Measured 0.64 on the 796 repositories of bench/wild (7 true, 4 false, 1 moot; its Accelerate part 3 of 3 true): "
+        "shards made by a collate function or inside a data set's own code, `__main__` debug blocks and helpers no script "
+        "calls are reported."
     )
     name = "training-loader-not-sharded"
     summary = "A DDP program's training loader has no `DistributedSampler`, or an Accelerate one is iterated unprepared: every rank trains on the same data."
