@@ -37,7 +37,7 @@ from typing import (
 from dplint.analysis import tensor_api
 from dplint.analysis.modules import ModuleIndex, absolute_module
 from dplint.analysis.patterns import GuardedPattern
-from dplint.analysis.saved_files import FILE_NAME_CONSTANT, SavedFiles, io_call_lines, scan_saved_files
+from dplint.analysis.saved_files import SavedFiles, io_call_lines, scan_saved_files
 from dplint.analysis.torch_api import ATTRIBUTE_WRAPPERS, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, call_returns_tensor
 
 if TYPE_CHECKING:
@@ -781,11 +781,14 @@ class _Names:
         self.package = package
 
     @classmethod
-    def of(cls, tree: ast.Module, package: str) -> "_Names":
+    def of(cls, tree: ast.Module, package: str, module_level: bool = False) -> "_Names":
+        """The aliases of the file's imports; with `module_level`, only of those outside its functions and classes."""
         aliases: Dict[str, str] = {}
         pending: List[ast.AST] = list(tree.body)
         while pending:
             node = pending.pop()
+            if module_level and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
@@ -2030,10 +2033,12 @@ def scan_checkpoint_loads(text: str, path: str, parse: Callable[[], Optional[ast
 
 
 def _saved_files(text: str, package: str, parse: Callable[[], Optional[ast.Module]]) -> SavedFiles:
+    # The file names its top level holds are read wherever the file is parsed anyway (for its execution
+    # summary): a module of constants is imported by the one that loads.
     calls = io_call_lines(text)
-    named = FILE_NAME_CONSTANT.search(text) is not None
-    tree = parse() if calls or named else None
-    return SavedFiles() if tree is None else scan_saved_files(tree, _Names.of(tree, package).qualify, calls, named)
+    parsed = parse.cache_info().currsize > 0  # type: ignore[attr-defined]
+    tree = parse() if calls or parsed else None
+    return SavedFiles() if tree is None else scan_saved_files(tree, lambda: _Names.of(tree, package, module_level=True).qualify, calls)
 
 
 def _functions_with_classes(tree: ast.Module) -> Iterator[Tuple[ast.AST, Optional[ast.ClassDef]]]:

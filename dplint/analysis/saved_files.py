@@ -37,10 +37,9 @@ _ON_CPU = frozenset({"cpu", "numpy", "tolist", "item", "parse_args", "parse_know
 _IN_PLACE = frozenset({"detach", "clone", "contiguous", "float", "half", "double", "bfloat16", "int", "long", "squeeze", "unsqueeze", "view", "reshape"})
 _MOVES = frozenset({"cuda", "to"})
 _FILE_NAME = re.compile(r"[\w.+-]*\w\.\w+")
-# A call that may write or read a checkpoint file (`torch.save(`, `load(`, `dcp_to_torch_save(`), and a
-# top-level name that may hold a file's name.
-_IO_CALL = re.compile(r"(?:save|load)[ \t]*\(")
-FILE_NAME_CONSTANT = re.compile(r"^[A-Za-z_]\w*[ \t]*=[ \t]*[rRuU]?[\"'][^\"'\n]*\.\w+[\"']", re.M)
+# A call that may write or read a checkpoint file (`torch.save(`, `load(`, `dcp_to_torch_save(`): one
+# pattern each, since a literal start is what lets the regex engine skip ahead.
+_IO_CALLS = (re.compile(r"save[ \t]*\("), re.compile(r"load[ \t]*\("))
 
 
 @dataclass(frozen=True)
@@ -56,27 +55,37 @@ class SavedFiles:
 
 def io_call_lines(text: str) -> List[int]:
     """The lines of the text that may call `torch.save`, `torch.load` or `dcp_to_torch_save`."""
-    if "save" not in text and "load" not in text:
-        return []
+    starts = sorted(match.start() for pattern in _IO_CALLS for match in pattern.finditer(text))
     lines, line, counted = [], 1, 0
-    for match in _IO_CALL.finditer(text):
-        line += text.count("\n", counted, match.start())
-        counted = match.start()
+    for start in starts:
+        line += text.count("\n", counted, start)
+        counted = start
         lines.append(line)
     return lines
 
 
-def scan_saved_files(tree: ast.Module, qualify: Callable[[ast.AST], Optional[str]], calls: Sequence[int], constants_named: bool) -> SavedFiles:
+def scan_saved_files(tree: ast.Module, qualifier: Callable[[], Callable[[ast.AST], Optional[str]]], calls: Sequence[int]) -> SavedFiles:
     """The files the module writes and reads through calls on the lines `calls` (`io_call_lines`), and
-    where `constants_named`, the file names its top level holds."""
-    constants = _Assignments(tree.body, None)
-    module_scope = _Scope(constants, (), frozenset(), qualify)
+    the file names its top level holds (`NAME = "consolidated.pth"`, assigned once). `qualifier()` gives
+    the function that qualifies a name through the module's imports (made only where a call needs it;
+    `torch.save` needs none, an alias such as `from torch import save` one at the module's top level)."""
+    assigned: Dict[str, List[ast.AST]] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign):
+            for target in statement.targets:
+                if isinstance(target, ast.Name):
+                    assigned.setdefault(target.id, []).append(statement.value)
     names = []
-    for name in constants.values if constants_named else ():
-        value = constants.single(name)
-        found = module_scope.file_name(value, whole=True) if value is not None else None
-        if found is not None and not found.startswith("="):
-            names.append((name, found))
+    for name, values in assigned.items():
+        value = values[0]
+        if len(values) == 1 and isinstance(value, ast.Constant) and isinstance(value.value, str):
+            found = _literal_file_name(value.value, whole=True)
+            if found is not None:
+                names.append((name, found))
+    if not calls:
+        return SavedFiles(names=tuple(sorted(names)))
+    qualify = qualifier()
+    constants = _Lazy(lambda: _Assignments(tree.body, None))
     writes: List[Tuple[str, bool]] = []
     reads: List[Tuple[int, str]] = []
     scopes: Dict[int, _Scope] = {}
@@ -89,7 +98,8 @@ def scan_saved_files(tree: ast.Module, qualify: Callable[[ast.AST], Optional[str
             if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 arguments = function.args
                 parameters = tuple(a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
-                scopes[id(function)] = _Scope(_Assignments(function.body, constants), parameters, parsed_options, qualify)
+                body = function.body
+                scopes[id(function)] = _Scope(_Lazy(lambda body=body: _Assignments(body, constants.value)), parameters, parsed_options, qualify)
             else:
                 scopes[id(function)] = _Scope(constants, (), parsed_options, qualify)
         scope = scopes[id(function)]
@@ -102,6 +112,14 @@ def scan_saved_files(tree: ast.Module, qualify: Callable[[ast.AST], Optional[str
             if name is not None:
                 writes.append((name, called != SAVE or scope.on_cpu(call.args[0], call.lineno)))
     return SavedFiles(tuple(sorted(set(writes))), tuple(sorted(set(reads))), tuple(sorted(names)))
+
+
+def _literal_file_name(text: str, whole: bool) -> Optional[str]:
+    """The file name a path literal ends in; a tail (`whole` false) names one only after a `/`."""
+    if not whole and "/" not in text:
+        return None
+    name = text.rpartition("/")[2]
+    return name if _FILE_NAME.fullmatch(name) else None
 
 
 def _file_calls(tree: ast.Module, lines: Sequence[int]) -> Iterator[Tuple[Optional[ast.AST], ast.Call]]:
@@ -188,6 +206,20 @@ class _Assignments:
         return [value for at, value in sorted(self.values.get(name, ()), key=lambda assigned: assigned[0]) if at < line]
 
 
+class _Lazy:
+    """A value computed the first time it is read: most paths are literals, whose scope's names are never needed."""
+
+    def __init__(self, compute: Callable[[], "_Assignments"]) -> None:
+        self._compute = compute
+        self._value: Optional["_Assignments"] = None
+
+    @property
+    def value(self) -> "_Assignments":
+        if self._value is None:
+            self._value = self._compute()
+        return self._value
+
+
 class _ParsedOptions:
     """The names a module assigns only the options a parser parsed (`args = parser.parse_args()`), read
     from the whole module the first time a save of a parameter asks."""
@@ -211,11 +243,17 @@ class _ParsedOptions:
 
 
 class _Scope:
-    def __init__(self, assignments: _Assignments, parameters: Tuple[str, ...], parsed_options, qualify) -> None:
-        self.assignments = assignments
+    """A function (or the module's top level) holding saves and loads: what its names hold."""
+
+    def __init__(self, assignments: _Lazy, parameters: Tuple[str, ...], parsed_options, qualify) -> None:
+        self._assignments = assignments
         self.parameters = parameters
         self.parsed_options = parsed_options
         self.qualify = qualify
+
+    @property
+    def assignments(self) -> _Assignments:
+        return self._assignments.value
 
     def file_name(self, expr: ast.AST, whole: bool, depth: int = 0, line: Optional[int] = None) -> Optional[str]:
         """The literal file name the path (at the line) ends in; `whole`: the expression is the whole name
@@ -223,11 +261,7 @@ class _Scope:
         if depth > 4:
             return None
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
-            text = expr.value
-            if not whole and "/" not in text:
-                return None
-            name = text.rpartition("/")[2]
-            return name if _FILE_NAME.fullmatch(name) else None
+            return _literal_file_name(expr.value, whole)
         if isinstance(expr, ast.JoinedStr) and expr.values:
             last = expr.values[-1]
             return self.file_name(last, whole and len(expr.values) == 1, depth + 1) if isinstance(last, ast.Constant) else None
