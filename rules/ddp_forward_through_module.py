@@ -193,10 +193,10 @@ class ForwardThroughDdpModule(Rule):
 
     def _scope(self, ctx: FileContext, scope: ScopeInfo, names: FrozenSet[str]) -> Iterator[Report]:
         tainted: Dict[str, cst.Call] = {}
-        forwarded = False  # the DDP model's own forward ran: it armed the all-reduce for this backward
+        forwarded = False  # the DDP model's own forward ran: it armed the all-reduce for every backward after it
         for small, no_grad in _statements(ctx, scope.body, False):
             forwarded = forwarded or any(dotted(c.func) in names for c in calls_in(small))
-            sources = [] if no_grad or forwarded else [c for c in calls_in(small) if _bypasses(c, names)]
+            sources = [] if no_grad else [c for c in calls_in(small) if _bypasses(c, names)]
             for call in calls_in(small):
                 if isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward":
                     origin = _origin(call, tainted, sources)
