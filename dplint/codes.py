@@ -48,6 +48,7 @@ STATIC_CODES = {
     "DPL523": True,
     "DPL524": True,
     "DPL525": True,
+    "DPL526": True,
 }
 # The codes that only the runtime hooks check.
 RUNTIME_ONLY_CODES = frozenset({
@@ -78,6 +79,7 @@ PREVIEW_CODES = frozenset({
     "DPL523",
     "DPL524",
     "DPL525",
+    "DPL526",
 })
 # Every rule's name and its code: a name is accepted wherever a code is.
 CODES_BY_NAME = {
@@ -130,6 +132,7 @@ CODES_BY_NAME = {
     "log-without-sync-dist": "DPL523",
     "full-state-dict-on-device": "DPL524",
     "accumulation-without-no-sync": "DPL525",
+    "checkpoint-per-node": "DPL526",
     "model-outside-strategy-scope": "DPL601",
 }
 # Precision in the wild, from the hand labels in bench/wild/labels.tsv: the repositories swept, and per

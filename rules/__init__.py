@@ -7,7 +7,7 @@ from typing import Dict, List, Type
 from dplint.rules.accelerate_gather_for_metrics import GatherForMetrics
 from dplint.rules.accumulated_loss_tensor import AccumulatedLossTensor
 from dplint.rules.batch_dim_moved import BatchDimMovedInForward
-from dplint.rules.ddp_checkpoint_ranks import CheckpointOnEveryRank, LoadWithoutMapLocation
+from dplint.rules.ddp_checkpoint_ranks import CheckpointOnEveryRank, CheckpointPerNode, LoadWithoutMapLocation
 from dplint.rules.ddp_collective_result import CollectiveResultAssigned
 from dplint.rules.ddp_unreduced_metric import UnreducedMetric
 from dplint.rules.ddp_rank_conditional_collective import RankConditionalCollective
@@ -101,6 +101,7 @@ CHECKS: List[Type[Rule]] = [
     LogWithoutSyncDist,
     FullStateDictOnDevice,
     AccumulationWithoutNoSync,
+    CheckpointPerNode,
 ]
 # Checked only by the runtime hook (`dplint.runtime`); documented with the rest.
 RUNTIME_ONLY: List[Type[Rule]] = [

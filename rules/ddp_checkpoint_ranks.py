@@ -1,12 +1,13 @@
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, dotted, names_in
 from dplint.analysis.patterns import GuardedPattern
 from dplint.analysis.context import FileContext
+from dplint.analysis.execution import GROUP_WORLDS, Where
 from dplint.edits import binding_on_every_path, import_edit, module_name, under_if
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 from dplint.analysis.ddp import (
@@ -39,13 +40,21 @@ PROCESS_LOCAL = frozenset(
 def _every_rank_calls(ctx: FileContext, functions: frozenset, path_index: int, path_keyword: str) -> Iterator[Tuple[ScopeInfo, cst.Call]]:
     """Calls to `functions` that every rank of a process group runs, with a path that does not depend
     on the rank and is not the process's own (a temporary file, a buffer)."""
+    return _shared_path_calls(ctx, functions, path_index, path_keyword, lambda where: where.on_every_rank)
+
+
+def _shared_path_calls(
+    ctx: FileContext, functions: frozenset, path_index: int, path_keyword: str, runs_on: Callable[[Where], bool]
+) -> Iterator[Tuple[ScopeInfo, cst.Call]]:
+    """Calls to `functions` that run in a process group where `runs_on` says, with a path that does not
+    depend on the rank and is not the process's own (a temporary file, a buffer)."""
     local: Dict[Optional[cst.CSTNode], Set[str]] = {}
     for scope in iter_scopes(ctx.module):
         for call in scope_calls(scope):
             if ctx.qualify(call.func) not in functions:
                 continue
             where = ctx.where(call)
-            if where is None or not where.in_group or not where.on_every_rank:
+            if where is None or not where.in_group or not runs_on(where):
                 continue
             path = argument(call, path_keyword, path_index)
             if path is not None:
@@ -512,6 +521,158 @@ class CheckpointOnEveryRank(Rule):
                 help=f"Save on one rank: `if {test}: torch.save(...)`.",
                 fix=fix,
             )
+
+
+class CheckpointPerNode(Rule):
+    """
+    ## What it does
+    In a program that starts a process group, finds `torch.save(...)` that runs on local rank 0 of every
+    node (`if local_rank == 0:`, `if args.local_rank in [-1, 0]:`, `if int(os.environ["LOCAL_RANK"]) ==
+    0:`) with a path that does not depend on the rank.
+
+    ## Why is this bad?
+    On one node there is one writer. On several nodes each node's local rank 0 writes, so nodes that
+    share a file system (the usual cluster setup) write the same file at the same time: the checkpoint
+    is truncated or interleaved, and the damage shows only when it is loaded. The bug waits for the
+    first multi-node run.
+
+    ## Example
+    ```python
+    if args.local_rank == 0:
+        torch.save(model.module.state_dict(), "checkpoint.pt")
+    ```
+
+    ## Use instead
+    ```python
+    if dist.get_rank() == 0:  # the global rank: one writer in the whole job
+        torch.save(model.module.state_dict(), "checkpoint.pt")
+    ```
+    or a path per node, where each node has its own disk.
+
+    ## Known problems
+    Whether the nodes share a file system is not known: a job whose nodes each save to a local disk
+    needs one writer per node, and is reported. The ranks are read as for DPL505: guards in another
+    file's caller of a helper are not followed.
+    """
+
+    code = "DPL526"
+    preview = True
+    preview_reason = "New: not yet measured on bench/wild."
+    name = "checkpoint-per-node"
+    summary = "`torch.save` under a local-rank-0 test, to one path: on several nodes, one writer per node races the others."
+    triggers = GuardedPattern(r"\bsave\(", ["save("])
+    distributed_programs_only = True
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+
+            def train(model, local_rank):
+                dist.init_process_group("nccl")
+                model(x).sum().backward()
+                if dist.get_rank() == 0:
+                    torch.save(model.state_dict(), "ckpt.pt")
+            """
+        ),
+        Valid(
+            """
+            import os
+            import torch
+            import torch.distributed as dist
+
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("nccl")
+            if local_rank == 0:
+                torch.save(model.state_dict(), f"ckpt_node{os.environ['GROUP_RANK']}_rank{dist.get_rank()}.pt")
+            """
+        ),
+        Valid(
+            """
+            import os
+            import tempfile
+            import torch
+            import torch.distributed as dist
+
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("nccl")
+            if local_rank == 0:
+                with tempfile.NamedTemporaryFile(suffix=".pt") as scratch:  # a file of its own
+                    torch.save(model.state_dict(), scratch.name)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import os
+            import torch
+            import torch.distributed as dist
+
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("nccl")
+            model(x).sum().backward()
+            if local_rank == 0:
+                torch.save(model.state_dict(), "ckpt.pt")
+            """,
+            line=9,
+        ),
+        Invalid(
+            """
+            import argparse
+            import torch
+            import torch.distributed as dist
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=-1)
+            args = parser.parse_args()
+            if args.local_rank != -1:
+                dist.init_process_group("nccl")
+            model(x).sum().backward()
+            if args.local_rank in [-1, 0]:
+                torch.save(args, "training_args.bin")
+            """,
+            line=12,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            import torch.multiprocessing as mp
+
+            def worker(gpu, args):
+                rank = args.node_rank * args.gpus + gpu
+                dist.init_process_group("nccl", rank=rank, world_size=args.gpus * args.nodes)
+                model(x).sum().backward()
+                if gpu == 0:  # spawn's index: the local rank
+                    torch.save(model.state_dict(), "last.pt")
+
+            def main(args):
+                mp.spawn(worker, nprocs=args.gpus, args=(args,))
+
+            if __name__ == "__main__":
+                main(parse_args())
+            """,
+            line=10,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Report]:
+        if any(name.startswith(_SHARDING_MODULES) for name in ctx.imports.modules()):
+            return
+        for _, call in _shared_path_calls(ctx, SAVE, 1, "f", _on_each_node_lead):
+            yield Report(
+                node=call,
+                message="Local rank 0 of every node runs this `torch.save` to the same path: on several nodes the writes race.",
+                help="Save on global rank 0 (`if dist.get_rank() == 0:`), or give each node its own path.",
+            )
+
+
+def _on_each_node_lead(where: Where) -> bool:
+    """Runs on global rank 0 and on local rank 0 of the other nodes, not on the other ranks."""
+    zero, lead, rest = where.truth[GROUP_WORLDS]
+    return zero in "TU" and lead in "TU" and rest == "F"
 
 
 class LoadWithoutMapLocation(Rule):

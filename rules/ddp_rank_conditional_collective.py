@@ -124,9 +124,13 @@ def direct_collectives(ctx: FileContext, scope: ScopeInfo, call: cst.Call) -> Li
 
 
 def _syncs_no_buffers(ctx: FileContext, site: WrapSite) -> bool:
-    """Whether the wrap is a `DDP(..., broadcast_buffers=False)` of this file: its forward runs no collective."""
+    """Whether the wrap is a DDP wrap of this file whose forward runs no collective: made with
+    `broadcast_buffers=False`, or of a model known to hold no buffers."""
     wrap = wrapper_call(ctx, site.node, DDP_CLASSES) if isinstance(site.node, cst.BaseExpression) else None
-    return wrap is not None and is_literal(argument(wrap, "broadcast_buffers"), False)
+    if wrap is None:
+        return False
+    model = argument(wrap, "module", 0)
+    return is_literal(argument(wrap, "broadcast_buffers"), False) or (model is not None and ctx.holds_modules_without_buffers(model))
 
 
 def collectives_of(ctx: FileContext, callees: _Callees, scope: ScopeInfo, block: Body) -> List[Collective]:
@@ -211,10 +215,12 @@ class RankConditionalCollective(Rule):
     Functions of other files are not followed. Conditions on values that differ between ranks but are
     not named like a rank (a per-rank loss, a file that exists on one node) are not recognised. A
     collective on a process group of its own (`group=`) is not reported: whether the ranks the condition
-    leaves out belong to that group is not known. Whether
-    a DDP model has buffers is not known statically: its rank-0-only forward is reported with the
-    condition in the message, and it does not hang for a model without buffers or with
-    `broadcast_buffers=False` passed elsewhere than at the wrap. A forward counts as DDP's only where
+    leaves out belong to that group is not known. A DDP model of a project class whose parts are all
+    known to hold no buffers (convolutions, linear layers, layer or group norms; no batch norm, no
+    `register_buffer`) syncs nothing in its forward and is not reported. Where its parts are not all
+    known (a model library's class, a registry, a module passed in), its rank-0-only forward is
+    reported: that does not hang for a model without buffers, or with `broadcast_buffers=False` passed
+    elsewhere than at the wrap. A forward counts as DDP's only where
     the name may hold the wrapper at that statement (one written before `model = DDP(model)` goes
     through the bare model), and only where a wrap that reaches it syncs buffers (not
     `DDP(model, broadcast_buffers=False)`). The body of
@@ -348,6 +354,31 @@ class RankConditionalCollective(Rule):
                 if rank == 0:
                     with torch.no_grad():
                         preview = model(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            import torch.nn as nn
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            class Generator(nn.Module):  # weight-normed convolutions: no buffers
+                def __init__(self, channels):
+                    super().__init__()
+                    self.conv = nn.utils.weight_norm(nn.Conv1d(channels, channels, 3, padding=1))
+
+                def forward(self, x):
+                    return self.conv(x)
+
+            def train(rank, loader):
+                dist.init_process_group("nccl")
+                model = DDP(Generator(80).to(rank), device_ids=[rank])
+                for x in loader:
+                    model(x).sum().backward()
+                if rank == 0:
+                    with torch.no_grad():
+                        sample = model(x)  # no buffers to sync: no collective
             """
         ),
     ]

@@ -684,6 +684,117 @@ def test_a_framework_collective_under_a_main_process_test_is_found_through_a_hel
     assert codes(lint(tmp_path, ("DPL507",))) == [("checkpoint.py", 4, "DPL507")]
 
 
+def test_a_saver_that_other_ranks_hold_as_a_no_op_saves_on_one_rank(tmp_path):
+    # SwinBERT, VLN-DUET: the saver object is replaced by a `NoOp()` whose methods do nothing on other ranks.
+    write(tmp_path, "saver.py", """
+        import torch
+
+        class Saver:
+            def __init__(self, path):
+                self.path = path
+
+            def save(self, model):
+                torch.save(model.state_dict(), self.path)
+
+        class NoOp:
+            def __getattr__(self, name):
+                return lambda *args, **kwargs: None
+        """)  # fmt: skip
+    write(tmp_path, "train.py", """
+        import torch.distributed as dist
+        from saver import Saver, NoOp
+
+        def main(model, restore):
+            dist.init_process_group("nccl")
+            HOLDER
+            for step in range(10):
+                saver.save(model)
+
+        if __name__ == "__main__":
+            main(None, True)
+        """)  # fmt: skip
+    train = (tmp_path / "train.py").read_text()
+    for holder, found in [
+        ("saver = Saver('last.pt') if dist.get_rank() == 0 else NoOp()", []),
+        ("saver = Saver('last.pt') if restore else NoOp()", [("saver.py", 9, "DPL505")]),
+        ("saver = Saver('last.pt')\n    if dist.get_rank() != 0 or not restore:\n        saver = NoOp()", []),
+        ("saver = Saver('last.pt')\n    if not restore:\n        saver = NoOp()", [("saver.py", 9, "DPL505")]),
+        ("saver = Saver('last.pt')", [("saver.py", 9, "DPL505")]),
+    ]:
+        write(tmp_path, "train.py", train.replace("HOLDER", holder))
+        assert codes(lint(tmp_path, ("DPL505",))) == found, holder
+
+
+def test_a_rank_zero_forward_of_a_ddp_model_is_reported_only_where_the_model_may_hold_buffers(tmp_path):
+    write(tmp_path, "models.py", """
+        import torch.nn as nn
+        from torch.nn.utils import weight_norm
+
+        def padding(kernel):
+            return kernel // 2
+
+        class Block(nn.Module):
+            def __init__(self, h, channels):
+                super().__init__()
+                self.h = h  # a config, read: no module
+                self.conv = weight_norm(nn.Conv1d(channels, channels, 3, padding=padding(3)))
+                self.norm = nn.InstanceNorm1d(channels, affine=True)  # no running statistics
+
+        class Other(Block):
+            pass
+
+        class Generator(nn.Module):
+            def __init__(self, h):
+                super().__init__()
+                block = Block if h.small else Other
+                self.blocks = nn.ModuleList(block(h, h.channels) for _ in range(h.layers))
+
+            def forward(self, x):
+                for layer in self.blocks:
+                    x = layer(x)
+                return x
+
+        class Wrapper(nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner  # whatever module it is given
+
+            def forward(self, x):
+                return self.inner(x)
+        """)  # fmt: skip
+    write(tmp_path, "train.py", """
+        import torch
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from models import Generator, Wrapper
+
+        def train(rank, h, x):
+            dist.init_process_group("nccl")
+            model = DDP(MODEL.to(rank), device_ids=[rank])
+            model(x).sum().backward()
+            if rank == 0:
+                with torch.no_grad():
+                    model(x)
+
+        if __name__ == "__main__":
+            mp.spawn(train, args=(None, None), nprocs=2)
+        """)  # fmt: skip
+    train = (tmp_path / "train.py").read_text()
+    for model, found in [
+        ("Generator(h)", []),
+        ("Wrapper(Generator(h))", [("train.py", 14, "DPL507")]),
+        ("torch.hub.load('repo', 'net')", [("train.py", 14, "DPL507")]),  # a model nobody here wrote: unknown
+    ]:
+        write(tmp_path, "train.py", train.replace("MODEL", model))
+        assert codes(lint(tmp_path, ("DPL507",))) == found, model
+    models = (tmp_path / "models.py").read_text()
+    for change in [("affine=True", "affine=True, track_running_stats=True"), ("self.h = h", "self.h = h\n        self.register_buffer('step', None)")]:
+        write(tmp_path, "models.py", models.replace(*change))
+        write(tmp_path, "train.py", train.replace("MODEL", "Generator(h)"))
+        assert codes(lint(tmp_path, ("DPL507",))) == [("train.py", 14, "DPL507")], change
+
+
 def test_a_method_named_like_a_framework_collective_on_an_object_the_program_did_not_build_is_silent(tmp_path):
     write(tmp_path, "train.py", """
         import torch.distributed as dist

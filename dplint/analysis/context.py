@@ -251,6 +251,12 @@ class FileContext:
             return False
         return self.execution.holds_plain_objects(self.code(node), self.line(node))
 
+    def holds_modules_without_buffers(self, node: cst.BaseExpression) -> bool:
+        """Whether the expression holds only modules of project classes known to hold no buffers (no batch
+        norm, no `register_buffer`, nothing loaded or built by another library): a DDP forward of one
+        syncs nothing."""
+        return self.execution.holds_modules_without_buffers(self.code(node), self.line(node))
+
     def object_class(self, node: cst.BaseExpression) -> Optional[str]:
         """The class whose object the expression holds (`accelerate.Accelerator`, a torch optimizer,
         `deepspeed.DeepSpeedEngine`, `lightning.Trainer`, `lightning.Fabric`), else None."""

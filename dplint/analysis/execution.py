@@ -32,9 +32,10 @@ import builtins
 import re
 import dataclasses
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property, lru_cache, partial
 from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
+from dplint.analysis.buffers import CONSTRUCTING_METHODS, base_may_hold_buffers, hides_buffers, outside_call_may_make_buffers
 from dplint.analysis.modules import absolute_module
 from dplint.analysis.torch_api import DISTRIBUTED_DATA_PARALLEL, DISTRIBUTED_SAMPLERS, FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL, GROUP_RANK_GETTERS, INIT_PROCESS_GROUP
 
@@ -643,6 +644,8 @@ class ExecutionSummary:
     star_imports: Tuple[str, ...] = ()  # the modules of its `from X import *`
     # It may run as a program: a `__main__` block, or calls at its top level (where no project file imports it).
     script: bool = False
+    # Its classes and functions whose source may give a module buffers that their calls do not show.
+    hides_buffers: Tuple[str, ...] = ()
 
 
 def summarize(tree: ast.Module, module: str, package: str) -> ExecutionSummary:
@@ -652,6 +655,8 @@ def summarize(tree: ast.Module, module: str, package: str) -> ExecutionSummary:
         (name, tuple(base for base in (symbols.qualified(b, scope) for b in node.bases) if base))
         for name, node, scope in symbols.classes
     ]
+    hiding = [name for name, node, scope in symbols.classes if hides_buffers(node, partial(symbols.qualified, scope=scope))]
+    hiding += [name for name, node, scope, owner in symbols.functions[1:] if owner is None and hides_buffers(node, partial(symbols.qualified, scope=scope))]
     top = functions[0]
     script = top.main_guard is not None or any(
         isinstance(node, ast.Call)
@@ -660,7 +665,8 @@ def summarize(tree: ast.Module, module: str, package: str) -> ExecutionSummary:
         for node in ast.walk(statement)
     )
     return ExecutionSummary(
-        module, tuple(functions), tuple(classes), tuple(sorted(symbols.aliases.items())), star_imports=tuple(symbols.star_modules), script=script
+        module, tuple(functions), tuple(classes), tuple(sorted(symbols.aliases.items())), star_imports=tuple(symbols.star_modules), script=script,
+        hides_buffers=tuple(hiding),
     )
 
 
@@ -827,6 +833,21 @@ def _is_main_test(test: ast.AST) -> bool:
         and test.left.id == "__name__"
         and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
     )
+
+
+def _alternatives(value: Expr) -> List[Tuple[Expr, Guard]]:
+    """What a value may be, each under its condition: both sides of `a if test else b`."""
+    if value[0] == "ifexp":
+        return [*((found, ((value[1], True), *guard)) for found, guard in _alternatives(value[2])),
+                *((found, ((value[1], False), *guard)) for found, guard in _alternatives(value[3]))]  # fmt: skip
+    return [(value, ())]
+
+
+def _of_self(expr: Expr) -> bool:
+    """Whether a symbolic expression reaches into `self` (`self.blocks`, `self.heads[name]`)."""
+    while expr[0] in ("attr", "item"):
+        expr = expr[1]
+    return expr[0] == "self" or (expr[0] == "v" and expr[1].startswith("S:"))
 
 
 def _last_name(node: ast.AST) -> str:
@@ -1165,7 +1186,11 @@ def _renamed(item: object, old: str, new: str) -> object:
         return tuple(_renamed(part, old, new) for part in item)
     if isinstance(item, ExecutionSummary):
         return dataclasses.replace(
-            item, module=new, functions=_renamed(item.functions, old, new), classes=_renamed(item.classes, old, new)  # type: ignore[arg-type]
+            item,
+            module=new,
+            functions=_renamed(item.functions, old, new),  # type: ignore[arg-type]
+            classes=_renamed(item.classes, old, new),  # type: ignore[arg-type]
+            hides_buffers=_renamed(item.hides_buffers, old, new),  # type: ignore[arg-type]
         )
     if isinstance(item, (FunctionSummary, CallSite)):
         return dataclasses.replace(item, **{f.name: _renamed(getattr(item, f.name), old, new) for f in dataclasses.fields(item)})
@@ -1199,6 +1224,7 @@ class ExecutionModel:
                     if resolved is not None:
                         self._subclasses.setdefault(resolved[1], set()).add(name)
         self._class_file = {name: filename for filename, info in self.files.items() for name in info.classes}
+        self._buffers: Dict[Tuple[str, str], bool] = {}
         self._types: Dict[str, FrozenSet[str]] = {}
         for key in [key for key in self._assigned if key.startswith("T:")]:
             holder, _, attribute = key[2:].partition("|")
@@ -1281,6 +1307,79 @@ class ExecutionModel:
             if base != "object" and (resolved is None or not self.plain_class(resolved[1], seen | {class_name})):
                 return False
         return True
+
+    def may_hold_buffers(self, class_name: str) -> bool:
+        """Whether a project module class may hold buffers (which a DDP forward syncs): a base, a call in its
+        methods, or its source (`hides_buffers`) may make one. Unknown is yes."""
+        return self._makes_buffers(("class", class_name))
+
+    def _makes_buffers(self, what: Tuple[str, str]) -> bool:
+        """For ("class", qualified) or ("function", qualified): whether what it builds may hold buffers."""
+        if what in self._buffers:
+            return self._buffers[what]
+        self._buffers[what] = False  # a class built of itself adds nothing more
+        found = self._buffers[what] = self._own_buffers(*what)
+        return found
+
+    def _own_buffers(self, kind: str, name: str) -> bool:
+        filename = self._class_file.get(name) if kind == "class" else self._function_file.get(name)
+        if filename is None:
+            return True
+        info = self.files[filename]
+        if name in info.summary.hides_buffers:
+            return True
+        if kind == "class":
+            for base in info.classes.get(name, ()):
+                resolved = self._class(base, filename)
+                if self._makes_buffers(("class", resolved[1])) if resolved is not None else base_may_hold_buffers(base):
+                    return True
+        inside = name + "."
+        return any(
+            self._call_makes_buffers(site.callee, filename)
+            for function in info.functions.values()
+            if function.name == name or function.name.startswith(inside)
+            for site in function.calls
+        )
+
+    def _call_makes_buffers(self, callee: Expr, filename: str) -> bool:
+        kind = callee[0]
+        if kind == "q":
+            found = self._lookup(callee[1], filename)
+            if found is not None:
+                return self._makes_buffers((found[0], found[2]))
+            return outside_call_may_make_buffers(callee[1], _BUILTINS)
+        if kind == "either":
+            return self._call_makes_buffers(callee[1], filename) or self._call_makes_buffers(callee[2], filename)
+        if kind != "m" or _of_self(callee[1]):
+            return False  # `super().__init__()`, or a part of `self` called
+        receiver, method = callee[1], callee[2]
+        if method != "__call__":
+            return method in CONSTRUCTING_METHODS or method[:1].isupper()  # `AutoModel.from_pretrained`, `layers.Conv(...)`
+        if receiver[0] != "v":
+            return True
+        if receiver[1].startswith("Q:"):
+            return self._call_makes_buffers(("q", receiver[1][2:]), filename)
+        assigned = self._assigned.get(receiver[1])
+        if not assigned:
+            return True  # a parameter (`norm_layer(dim)`): whatever the caller passes
+        return any(self._class_reference_makes_buffers(value, where[0]) for where, _, value in assigned)
+
+    def _class_reference_makes_buffers(self, value: Expr, filename: str) -> bool:
+        """For a variable called (`block = Basic if small else Bottleneck`; `block(dim)`): what it may build.
+        A part of `self` (`for layer in self.layers: layer(x)`) builds nothing."""
+        if _of_self(value):
+            return False
+        if value[0] == "ifexp":
+            return self._class_reference_makes_buffers(value[2], filename) or self._class_reference_makes_buffers(value[3], filename)
+        if value[0] == "v" and value[1].startswith("Q:"):
+            return self._call_makes_buffers(("q", value[1][2:]), filename)
+        if value[0] == "call" and value[1] == ("q", "functools.partial") and value[2]:
+            return self._class_reference_makes_buffers(value[2][0], filename)  # `partial(Block, dim=64)`
+        return True
+
+    @cached_property
+    def _function_file(self) -> Dict[str, str]:
+        return {name: filename for filename, info in self.files.items() for name in info.functions}
 
     def _method(self, class_name: str, method: str, seen: Optional[Set[str]] = None) -> Optional[FunctionId]:
         """The method a call on an instance of the class runs: its own, or the nearest base's."""
@@ -1386,6 +1485,8 @@ class ExecutionModel:
             return self._types[key]
         if kind == "or":
             return frozenset().union(*(self.types(part, from_file, depth + 1) for part in expr[1:]))
+        if kind == "ifexp":
+            return self.types(expr[2], from_file, depth + 1) | self.types(expr[3], from_file, depth + 1)
         return frozenset()
 
     # -- the call graph ----------------------------------------------------------------------------
@@ -1402,7 +1503,10 @@ class ExecutionModel:
                 for site in function.calls:
                     targets = self.targets(site.callee, filename)
                     for target, skipped in targets:
-                        found.append((site, target, skipped, site.spawn))
+                        holder = site.callee[1] if site.callee[0] == "m" and site.callee[1][0] == "v" else None
+                        guards = self._holding_guards(holder[1], (filename, name), target) if holder is not None else None
+                        for guard in guards if guards is not None else [()]:
+                            found.append((dataclasses.replace(site, guard=site.guard + guard) if guard else site, target, skipped, site.spawn))
                     for index, passed in site.functions:
                         spawns = [
                             spawn
@@ -1416,6 +1520,33 @@ class ExecutionModel:
                             edge = CallSite(passed, site.guard, site.line, spawn=spawned, spawned_by=origin)
                             found.append((edge, started, started_skipped, spawned))
         return edges
+
+    def _holding_guards(self, key: str, caller: FunctionId, target: FunctionId) -> Optional[List[Guard]]:
+        """Where a local variable of `caller` holds an object whose method `target` is: the guard of each
+        assignment there that gives one, less where a later assignment replaced it (`saver =
+        Saver(path) if main else NoOp()`, or `if not main: saver = NoOp()`). None where the function's own
+        assignments do not say (a parameter, an attribute, a guard of several terms replacing it)."""
+        entries = self._assigned.get(key, ())
+        if not key.startswith("L:") or not entries or any(where != caller for where, _, _ in entries):
+            return None
+        method = target[1].rpartition(".")[2]
+        guards: List[Guard] = []
+        yielded = False
+        for index, (_, guard, value) in enumerate(entries):
+            for alternative, condition in _alternatives(value):
+                if not any(self._method(name, method) == target for name in self.types(alternative, caller[0])):
+                    continue
+                yielded = True
+                kept = [*guard, *condition]
+                for _, later, _ in entries[index + 1 :]:
+                    if len(later) != 1:
+                        if not later:
+                            break  # replaced on every path: this object is gone
+                        return None
+                    kept.append((later[0][0], not later[0][1]))
+                else:
+                    guards.append(tuple(kept))
+        return guards if yielded else None
 
     def function(self, function: FunctionId) -> FunctionSummary:
         return self.files[function[0]].functions[function[1]]
@@ -2406,13 +2537,18 @@ class FileExecution:
     def holds_plain_objects(self, code: str, line: int) -> bool:
         """Whether an expression at the line holds only objects of project classes that are no `nn.Module`
         (`FixMatch(...)`, whose `.model` is the network)."""
-        try:
-            node = ast.parse(f"(\n{code}\n)", mode="eval").body
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return False
-        found = self._function_at(line)
-        classes = self.model.types(self.symbols.expr(node, found[2] if found is not None else self.symbols.module_scope), self.filename)
+        classes = self._classes_held(code, line)
         return bool(classes) and all(self.model.plain_class(name) for name in classes)
+
+    def holds_modules_without_buffers(self, code: str, line: int) -> bool:
+        """Whether an expression at the line holds only objects of project classes known to hold no buffers
+        (`Generator(h)`, built of convolutions with weight norm)."""
+        classes = self._classes_held(code, line)
+        return bool(classes) and not any(self.model.may_hold_buffers(name) for name in classes)
+
+    def _classes_held(self, code: str, line: int) -> FrozenSet[str]:
+        expr = self.expression(code, line)
+        return frozenset() if expr is None else self.model.types(expr, self.filename)
 
     def varies(self, code: str, line: int) -> bool:
         """Whether an expression at the line may hold a different value on each rank (a path built from the rank)."""
