@@ -549,6 +549,9 @@ class CheckpointPerNode(Rule):
     ```
     or a path per node, where each node has its own disk.
 
+    `dplint run --nnodes 2` reports the same race as the script runs: the ranks, one on each node,
+    that saved the same path.
+
     ## Known problems
     Whether the nodes share a file system is not known: a job whose nodes each save to a local disk
     needs one writer per node, and is reported. The ranks are read as for DPL505: guards in another

@@ -686,7 +686,7 @@ def test_one_writer_on_each_node_of_one_path_is_a_race_across_nodes(tmp_path: Pa
     result = dplint_run(*TWO_NODES, str(script), cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert result.stdout.splitlines() == [
-        f"{spot_in(script, 'torch.save(').removeprefix(f'{tmp_path}/')}: DPL505 Ranks 0 and 2, one on each of 2 nodes, all save `last.pt` here: "
+        f"{spot_in(script, 'torch.save(').removeprefix(f'{tmp_path}/')}: DPL526 Ranks 0 and 2, one on each of 2 nodes, all save `last.pt` here: "
         "on a filesystem the nodes share, the writes race."
     ]
     assert dplint_run("--nproc-per-node", "2", str(script), cwd=tmp_path).returncode == 0  # one node: one writer

@@ -229,11 +229,12 @@ def _saves(events: Events, per_node: int) -> List[Finding]:
         if len(ranks) > 1:
             name = path.rsplit("/", 1)[-1]
             nodes = {rank // per_node for rank in ranks}
-            if len(nodes) == len(ranks):  # one writer a node: a race where the nodes share the filesystem
+            per_node_writer = len(nodes) == len(ranks)  # a race where the nodes share the filesystem
+            if per_node_writer:
                 said = f"one on each of {len(nodes)} nodes, all save `{name}` here: on a filesystem the nodes share, the writes race"
             else:
                 said = f"all save `{name}` here: the writes race and can corrupt the file"
-            found.append(runtime_finding("DPL505", f"{_opening(_ranks(list(ranks)))}{',' * (len(nodes) == len(ranks))} {said}.",
+            found.append(runtime_finding("DPL526" if per_node_writer else "DPL505", f"{_opening(_ranks(list(ranks)))}{',' * per_node_writer} {said}.",
                                          ranks[min(ranks)], tuple(sorted(ranks))))  # fmt: skip
     return found
 
