@@ -684,6 +684,47 @@ def test_a_framework_collective_under_a_main_process_test_is_found_through_a_hel
     assert codes(lint(tmp_path, ("DPL507",))) == [("checkpoint.py", 4, "DPL507")]
 
 
+def test_a_flag_set_from_the_options_a_class_was_passed_guards_its_saves(tmp_path):
+    # VL-T5: `self.verbose = True`, then `False` on the ranks other than 0, tested through `self.args`.
+    write(tmp_path, "trainer.py", """
+        import torch
+
+        class Trainer:
+            def __init__(self, args, model):
+                self.args = args
+                self.model = model
+                self.verbose = True
+                if self.args.distributed:
+                    if self.args.gpu != 0:
+                        self.verbose = False
+
+            def train(self):
+                for epoch in range(3):
+                    if self.verbose:
+                        torch.save(self.model.state_dict(), "last.pt")
+        """)  # fmt: skip
+    write(tmp_path, "main.py", """
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+        from trainer import Trainer
+
+        def main_worker(gpu, args):
+            args.gpu = gpu
+            if args.distributed:
+                dist.init_process_group("nccl", rank=gpu, world_size=2)
+            Trainer(args, None).train()
+
+        if __name__ == "__main__":
+            args = parse_args()
+            mp.spawn(main_worker, args=(args,), nprocs=2)
+        """)  # fmt: skip
+    assert codes(lint(tmp_path, ("DPL505",))) == []
+    trainer = (tmp_path / "trainer.py").read_text()
+    # Replaced only where the options say so, on no rank in particular: every rank may still save.
+    write(tmp_path, "trainer.py", trainer.replace("self.args.gpu != 0", "self.args.quiet"))
+    assert codes(lint(tmp_path, ("DPL505",))) == [("trainer.py", 16, "DPL505")]
+
+
 def test_a_saver_that_other_ranks_hold_as_a_no_op_saves_on_one_rank(tmp_path):
     # SwinBERT, VLN-DUET: the saver object is replaced by a `NoOp()` whose methods do nothing on other ranks.
     write(tmp_path, "saver.py", """

@@ -9,7 +9,7 @@ say, and what a class's or function's source shows that its calls do not (`hides
 from __future__ import annotations
 
 import ast
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional, Sequence, Set, Tuple
 
 # torch names (last part) that make or are modules with buffers: running statistics, a spectral
 # norm's power-iteration vectors; and the call that registers one.
@@ -21,6 +21,7 @@ BUFFER_NAMES = frozenset(
 )  # fmt: skip
 # Instance norms keep running statistics only when made with `track_running_stats=True` (the fifth argument).
 INSTANCE_NORMS = frozenset({"InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LazyInstanceNorm1d", "LazyInstanceNorm2d", "LazyInstanceNorm3d"})
+BUFFER_MAKING_NAMES = BUFFER_NAMES | INSTANCE_NORMS
 # torch modules whose calls make no buffers besides those BUFFER_NAMES names: layers, functions, init.
 _TORCH_WITHOUT_BUFFERS = ("torch.nn.", "torch.")
 # torch calls that hand back a module made elsewhere (loaded, quantized, parametrized): it may hold some.
@@ -64,23 +65,97 @@ def base_may_hold_buffers(qualified: str) -> bool:
     return not (qualified.startswith("torch.nn.") and last not in BUFFER_NAMES | INSTANCE_NORMS)
 
 
-def hides_buffers(node: ast.AST, qualify: Callable[[ast.AST], Optional[str]]) -> bool:
-    """Whether a class or function may give a module buffers in a way its calls do not show: it names a
-    torch module that holds buffers (`norm_layer=nn.BatchNorm2d`) or registers one; it calls what it
-    computes (`NORMS[kind](dim)`, `getattr(nn, name)(dim)`) other than a part of `self`; a base it names
-    is not known; or it keeps a module it was given (`self.encoder = encoder`, then `self.encoder(x)`)."""
-    without_statistics = {id(call.func) for call in ast.walk(node) if isinstance(call, ast.Call) and _instance_norm_without_statistics(call)}
-    # `forward` makes no parts: what it calls by a computed name (`ACT2FN[name](x)`) makes tensors.
-    forwards = {id(inner) for method in ast.walk(node) if isinstance(method, ast.FunctionDef) and method.name == "forward" for inner in ast.walk(method)}
-    for inner in ast.walk(node):
-        name = inner.id if isinstance(inner, ast.Name) else inner.attr if isinstance(inner, ast.Attribute) else None
-        if name in BUFFER_NAMES or (name in INSTANCE_NORMS and id(inner) not in without_statistics):
-            return True
-        if isinstance(inner, ast.Call) and not isinstance(inner.func, (ast.Name, ast.Attribute)) and not _of_self(inner.func) and id(inner) not in forwards:
-            return True
-        if isinstance(inner, ast.ClassDef) and any(qualify(base) is None for base in inner.bases):
-            return True
-    return isinstance(node, ast.ClassDef) and _keeps_given_module(node)
+class BufferEvidence:
+    """What a module's classes and functions show, beyond their calls, that may give a module buffers:
+    they name a torch module that holds buffers (`norm_layer=nn.BatchNorm2d`) or register one; call what
+    they compute (`NORMS[kind](dim)`, `getattr(nn, name)(dim)`) other than a part of `self`, outside
+    `forward`; name a base nobody knows; or keep a module they were given (`self.encoder = encoder`,
+    then `self.encoder(x)`). Fed each node of one walk over the module, with the qualified name of the
+    class or function holding it (`holder`), its scope's key, and the class of its `self`."""
+
+    def __init__(self) -> None:
+        self.marked: Set[str] = set()
+        self.parameters: Dict[str, Set[str]] = {}  # a function's scope key → its parameters
+        self.given: Dict[str, Set[str]] = {}  # a class → the attributes of `self` it sets from what it is given
+        self.used: Dict[str, Set[str]] = {}  # a class → the attributes of `self` it uses as modules
+        self.exempt: Set[int] = set()  # `nn.InstanceNorm2d` callees made without running statistics
+
+    def enter(self, scope_key: str, parameters: Set[str]) -> None:
+        self.parameters[scope_key] = parameters
+
+    def mark(self, holder: str) -> None:
+        self.marked.add(holder)
+
+    # The nodes `see` reads; names are read by `named`, where they are one of BUFFER_MAKING_NAMES.
+    NODES = frozenset({ast.Call, ast.For, ast.AsyncFor, ast.comprehension, ast.Starred, ast.Assign, ast.AnnAssign})
+
+    def named(self, node: ast.AST, holder: str) -> None:
+        """A name of BUFFER_MAKING_NAMES: an instance norm counts unless its call keeps no statistics."""
+        if (node.id if isinstance(node, ast.Name) else node.attr) in BUFFER_NAMES or id(node) not in self.exempt:  # type: ignore[attr-defined]
+            self.mark(holder)
+
+    def see(self, node: ast.AST, holder: str, scope_key: str, owner: Callable[[], Optional[str]]) -> None:
+        """`owner` gives the class of the scope's `self`, only where asked (it walks the scopes)."""
+        if isinstance(node, ast.Call):
+            self._call(node, holder, self.parameters.get(scope_key, set()), owner)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            self._use(node.iter, owner)
+        elif isinstance(node, ast.Starred):
+            self._use(node.value, owner)
+        elif node.value is not None and _kept_targets(node):  # type: ignore[attr-defined]
+            self._assign(node, holder, self.parameters.get(scope_key, set()), owner)
+
+    def hiding(self, names: Sequence[str]) -> Tuple[str, ...]:
+        """Of these classes and functions, those that may hide buffers (a finding inside counts for each
+        scope it is in)."""
+        marked = self.marked | {name for name, given in self.given.items() if given & self.used.get(name, set())}
+        return tuple(name for name in names if any(found == name or found.startswith(name + ".") for found in marked))
+
+    def _call(self, node: ast.Call, holder: str, parameters: Set[str], owner: Callable[[], Optional[str]]) -> None:
+        func = node.func
+        if _instance_norm_without_statistics(node):
+            self.exempt.add(id(func))
+        in_forward = holder.endswith(".forward") or ".forward." in holder
+        if not isinstance(func, (ast.Name, ast.Attribute)) and not _of_self(func) and not in_forward:
+            self.mark(holder)
+        if _last(func) in ("add_module", "register_module", "setattr") and any(_reads(argument, parameters) for argument in node.args):
+            self.mark(holder)  # a part it was given, added by name
+        if isinstance(func, ast.Attribute) and _kept_name(func.value):
+            self._use(func.value, owner)  # `self.encoder.forward_features(x)`
+        else:
+            self._use(func, owner)  # `self.encoder(x)`
+
+    def _use(self, node: ast.AST, owner: Callable[[], Optional[str]]) -> None:
+        if _kept_name(node):
+            name = owner()
+            if name is not None:
+                self.used.setdefault(name, set()).add(node.attr)  # type: ignore[attr-defined]
+
+    def _assign(self, node: ast.AST, holder: str, parameters: Set[str], owner: Callable[[], Optional[str]]) -> None:
+        value = node.value  # type: ignore[attr-defined]
+        name = owner()
+        if name is None or not _reads(value, parameters):
+            return
+        if isinstance(value, ast.Call):
+            if _last(value.func) in _CONTAINERS and any(_bare(argument, parameters) for argument in value.args):
+                self.mark(holder)  # `self.blocks = nn.ModuleList(blocks)`: what it was given, inside a container
+            return  # a part built from given sizes (`nn.Linear(dim, 2)`): its own call says what it makes
+        self.given.setdefault(name, set()).update(t.attr for t in _kept_targets(node))  # type: ignore[attr-defined]
+
+
+def _kept_targets(node: ast.AST) -> list:
+    """The `self.<name>` targets of an assignment."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]  # type: ignore[attr-defined]
+    return [target for target in targets if _kept_name(target)]
+
+
+def _kept_name(node: ast.AST) -> bool:
+    """`self.<name>`."""
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def _reads(node: ast.AST, names: Set[str]) -> bool:
+    return bool(names) and any(isinstance(inner, ast.Name) and inner.id in names for inner in ast.walk(node))
 
 
 def _instance_norm_without_statistics(call: ast.Call) -> bool:
@@ -98,51 +173,6 @@ def _of_self(node: ast.AST) -> bool:
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
         node = node.func if isinstance(node, ast.Call) else node.value
     return isinstance(node, ast.Name) and node.id == "self"
-
-
-def _keeps_given_module(node: ast.ClassDef) -> bool:
-    """Whether a class keeps something passed to its methods in `self` and uses it as a module: calls it or
-    its methods, iterates it, or hands it to a container or `add_module`. A config kept and read
-    (`self.h = h`, then `self.h.channels`) is none."""
-    given = set()
-    for method in node.body:
-        if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        arguments = method.args
-        parameters = {a.arg for a in (*arguments.posonlyargs, *arguments.args[1:], *arguments.kwonlyargs, arguments.vararg, arguments.kwarg) if a is not None}
-        for statement in ast.walk(method):
-            if not isinstance(statement, (ast.Assign, ast.AnnAssign)) or statement.value is None:
-                continue
-            read = {name.id for name in ast.walk(statement.value) if isinstance(name, ast.Name)} & parameters
-            if not read:
-                continue
-            if isinstance(statement.value, ast.Call):
-                if _last(statement.value.func) in _CONTAINERS and any(_bare(argument, parameters) for argument in statement.value.args):
-                    return True  # `self.blocks = nn.ModuleList(blocks)`: what it was given, inside a container
-                continue  # a part built from given sizes (`nn.Linear(dim, 2)`): its own call says what it makes
-            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-            given.update(t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self")
-        for call in ast.walk(method):
-            if isinstance(call, ast.Call) and _last(call.func) in ("add_module", "register_module", "setattr"):
-                if any(isinstance(name, ast.Name) and name.id in parameters for argument in call.args for name in ast.walk(argument)):
-                    return True
-    if not given:
-        return False
-    for inner in ast.walk(node):
-        used = None
-        if isinstance(inner, ast.Call):
-            used = inner.func.value if isinstance(inner.func, ast.Attribute) and _kept(inner.func.value, given) else inner.func
-        elif isinstance(inner, (ast.For, ast.comprehension)):
-            used = inner.iter
-        elif isinstance(inner, ast.Starred):
-            used = inner.value
-        if used is not None and _kept(used, given):
-            return True
-    return False
-
-
-def _kept(node: ast.AST, given: set) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr in given and isinstance(node.value, ast.Name) and node.value.id == "self"
 
 
 def _bare(argument: ast.AST, parameters: set) -> bool:

@@ -32,10 +32,10 @@ import builtins
 import re
 import dataclasses
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache, partial
+from functools import cached_property, lru_cache
 from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
-from dplint.analysis.buffers import CONSTRUCTING_METHODS, base_may_hold_buffers, hides_buffers, outside_call_may_make_buffers
+from dplint.analysis.buffers import BUFFER_MAKING_NAMES, CONSTRUCTING_METHODS, BufferEvidence, base_may_hold_buffers, outside_call_may_make_buffers
 from dplint.analysis.modules import absolute_module
 from dplint.analysis.torch_api import DISTRIBUTED_DATA_PARALLEL, DISTRIBUTED_SAMPLERS, FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL, GROUP_RANK_GETTERS, INIT_PROCESS_GROUP
 
@@ -260,9 +260,13 @@ class Symbols:
         self.functions: List[Tuple[str, ast.AST, _Scope, Optional[str]]] = [(module, tree, self.module_scope, None)]
         self.classes: List[Tuple[str, ast.ClassDef, _Scope]] = []  # (qualified name, node, the scope it is in)
         self.calls: Dict[int, List[ast.Call]] = {}  # id of a statement → the calls in its own expressions (not in lambdas)
+        self.buffer_evidence = BufferEvidence()  # what may give a class buffers that its calls do not show
         for node in _module_level_definitions(tree.body):
             self.defined[node.name] = f"{module}.{node.name}"
         self._walk(tree, package)
+        for name, node, scope in self.classes:
+            if not all(self.qualified(base, scope) for base in node.bases):
+                self.buffer_evidence.mark(name)  # a base nobody here knows may bring buffers
         for _, _, scope, _ in self.functions:
             scope.locals -= scope.globals
             scope.imported -= scope.locals | scope.globals
@@ -273,12 +277,19 @@ class Symbols:
         pending: List[Tuple[ast.AST, _Scope, str, Optional[str], Optional[ast.AST]]] = [
             (child, self.module_scope, self.module, None, None) for child in tree.body
         ]
+        evidence = self.buffer_evidence
         while pending:
             node, scope, holder, in_class, statement = pending.pop()
             if isinstance(node, ast.stmt):
                 statement = node
             elif isinstance(node, ast.Call):
                 self.calls.setdefault(id(statement), []).append(node)
+            kind = type(node)
+            if kind is ast.Name or kind is ast.Attribute:
+                if (node.id if kind is ast.Name else node.attr) in BUFFER_MAKING_NAMES:  # type: ignore[attr-defined]
+                    evidence.named(node, holder)
+            elif kind in BufferEvidence.NODES:
+                evidence.see(node, holder, scope.key, lambda scope=scope: _self_class("self", scope))
             if isinstance(node, _FUNCTIONS):
                 name = f"{holder}.{node.name}"
                 if in_class is None:
@@ -290,6 +301,7 @@ class Symbols:
                 for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg):
                     if argument is not None:
                         inner.locals.add(argument.arg)
+                evidence.enter(inner.key, inner.locals - {"self"})
                 self.functions.append((name, node, inner, in_class))
                 pending.extend((child, scope, holder, None, node) for child in (*node.decorator_list, *arguments.defaults, *arguments.kw_defaults) if child)
                 pending.extend((child, inner, name, None, None) for child in node.body)
@@ -655,8 +667,7 @@ def summarize(tree: ast.Module, module: str, package: str) -> ExecutionSummary:
         (name, tuple(base for base in (symbols.qualified(b, scope) for b in node.bases) if base))
         for name, node, scope in symbols.classes
     ]
-    hiding = [name for name, node, scope in symbols.classes if hides_buffers(node, partial(symbols.qualified, scope=scope))]
-    hiding += [name for name, node, scope, owner in symbols.functions[1:] if owner is None and hides_buffers(node, partial(symbols.qualified, scope=scope))]
+    hiding = symbols.buffer_evidence.hiding([name for name, _, _ in symbols.classes] + [name for name, _, _, owner in symbols.functions[1:] if owner is None])
     top = functions[0]
     script = top.main_guard is not None or any(
         isinstance(node, ast.Call)
@@ -1873,7 +1884,19 @@ class ExecutionModel:
                 inherited = self.assignments(f"S:{resolved[1]}:{path}", within, seen | {class_name})
                 if inherited:
                     return inherited
-        return []
+        passed = self.passed_attribute(key)
+        return self.assignments(passed, within) if passed is not None else []
+
+    def passed_attribute(self, key: str) -> Optional[str]:
+        """For an attribute path of `self` whose head the class was passed (`self.args = args`, then
+        `self.args.gpu`): the same path of the object passed, as other functions name it (`A:args.gpu`)."""
+        class_name, _, path = key[2:].partition(":")
+        head, _, rest = path.partition(".")
+        if not key.startswith("S:") or not rest:
+            return None
+        held = self.assignments(f"S:{class_name}:{head}")
+        names = {value[1].rpartition(":")[2] if value[0] == "v" and value[1].startswith("L:") else "" for _, _, value in held}
+        return f"A:{names.pop()}.{rest}" if len(names) == 1 and "" not in names else None
 
 
 @dataclass(frozen=True)
@@ -1913,6 +1936,9 @@ class Evaluation:
     def value(self, expr: Expr, filename: str, bindings: Optional[Mapping[str, Value]] = None, depth: int = 0) -> Value:
         found = self._value(expr, filename, bindings, depth)
         in_group = self._mode_tests.get(expr) if expr[0] in _TESTS else None
+        if in_group is None and expr[0] == "v" and self._mode_tests:
+            passed = self.model.passed_attribute(expr[1])  # `self.args.distributed` is `args.distributed`
+            in_group = self._mode_tests.get(("v", passed)) if passed is not None else None
         if in_group is not None:
             # The program starts its group only where this test has this value: so it has it in every group.
             return ("bool", Truth(truth_of(found)[0] + in_group * 3))
@@ -2130,8 +2156,8 @@ class Evaluation:
     def _assigned_value(self, key: str, option: bool, given: Value) -> Value:
         found: Optional[Value] = None
         prepared = False  # assigned what `accelerator.prepare` hands back for what it held
-        flags: List[Tuple[Truth, Truth]] = []  # (where assigned, the truth assigned) of each boolean value
-        for (filename, _), guard, value in self.model.assignments(key, self._functions):
+        flags: List[Tuple[FunctionId, Truth, Truth]] = []  # (function, where assigned, the truth assigned) of each boolean value
+        for (filename, function), guard, value in self.model.assignments(key, self._functions):
             assigned_where = self.guard_truth(guard, filename)
             if assigned_where == NEVER:
                 continue
@@ -2144,7 +2170,7 @@ class Evaluation:
                 # is unknown: a name that says it holds a rank holds one.
                 evaluated = _by_name(key.rpartition(":")[2].rpartition(".")[2]) or evaluated
             if evaluated[0] in ("bool", "const"):
-                flags.append((assigned_where, truth_of(evaluated)))
+                flags.append(((filename, function), assigned_where, truth_of(evaluated)))
             else:
                 found = evaluated if found is None else join(found, evaluated)
         if flags:
@@ -2152,11 +2178,18 @@ class Evaluation:
             # (`master_process = rank == 0` in a group, `= True` in one process).
             # Assigned in several places, it holds one value or another: alike on every rank only if none
             # of the values depends on the rank (`is_master = True`, then `is_master = rank == 0`: unknown).
-            by_rank = any(varies(("bool", truth)) for _, truth in flags)
+            # In one function, an assignment that surely runs in a world replaces the earlier ones there
+            # (`verbose = True`, then `if distributed and gpu != 0: verbose = False`).
+            by_rank = any(varies(("bool", truth)) for _, _, truth in flags)
             letters = []
             for world in range(len(WORLDS)):
-                seen = {truth[world] for where, truth in flags if where[world] != "F"}
-                if option and not any(where[world] == "T" for where, _ in flags):
+                live: List[Tuple[FunctionId, Truth, Truth]] = []
+                for entry in flags:
+                    if entry[1][world] == "T":
+                        live = [earlier for earlier in live if earlier[0] != entry[0]]
+                    live.append(entry)
+                seen = {truth[world] for _, where, truth in live if where[world] != "F"}
+                if option and not any(where[world] == "T" for _, where, _ in flags):
                     seen.add(truth_of(given)[world])
                 letters.append(seen.pop() if len(seen) == 1 else "Q" if "Q" in seen or (by_rank and world) else "U")
             flag: Value = ("bool", Truth("".join(letters)))
