@@ -18,6 +18,7 @@ from dplint.analysis.ddp import (
     program,
     iter_scopes,
     parameter_names,
+    program_or_file,
     scope_bindings,
     scope_calls,
 )
@@ -526,9 +527,12 @@ class CheckpointOnEveryRank(Rule):
 class CheckpointPerNode(Rule):
     """
     ## What it does
-    In a program that starts a process group, finds `torch.save(...)` that runs on local rank 0 of every
-    node (`if local_rank == 0:`, `if args.local_rank in [-1, 0]:`, `if int(os.environ["LOCAL_RANK"]) ==
-    0:`) with a path that does not depend on the rank.
+    In a program that starts a process group and shows it runs on several nodes, finds `torch.save(...)`
+    that runs on local rank 0 of every node (`if local_rank == 0:`, `if args.local_rank in [-1, 0]:`,
+    `if int(os.environ["LOCAL_RANK"]) == 0:`) with a path that does not depend on the rank. A program
+    shows several nodes where it reads a variable only a multi-node launcher sets (`NODE_RANK`,
+    torchrun's `GROUP_RANK`, SLURM's `SLURM_PROCID` or `SLURM_NODEID`, MPI's global rank) or takes a
+    node count or a node's rank on its command line (`--nnodes`, `--node_rank`).
 
     ## Why is this bad?
     On one node there is one writer. On several nodes each node's local rank 0 writes, so nodes that
@@ -554,8 +558,9 @@ class CheckpointPerNode(Rule):
 
     ## Known problems
     Whether the nodes share a file system is not known: a job whose nodes each save to a local disk
-    needs one writer per node, and is reported. The ranks are read as for DPL505: guards in another
-    file's caller of a helper are not followed.
+    needs one writer per node, and is reported. A program launched on several nodes by `torchrun
+    --nnodes` alone shows nothing in its code and is not reported (`dplint run --nnodes 2` finds it).
+    The ranks are read as for DPL505: guards in another file's caller of a helper are not followed.
     """
 
     code = "DPL526"
@@ -594,6 +599,19 @@ class CheckpointPerNode(Rule):
         Valid(
             """
             import os
+            import torch
+            import torch.distributed as dist
+
+            local_rank = int(os.environ["LOCAL_RANK"])  # `torchrun --standalone`: one node
+            dist.init_process_group("nccl")
+            model(x).sum().backward()
+            if local_rank == 0:
+                torch.save(model.state_dict(), "ckpt.pt")
+            """
+        ),
+        Valid(
+            """
+            import os
             import tempfile
             import torch
             import torch.distributed as dist
@@ -614,12 +632,13 @@ class CheckpointPerNode(Rule):
             import torch.distributed as dist
 
             local_rank = int(os.environ["LOCAL_RANK"])
+            node = int(os.environ["GROUP_RANK"])  # torchrun's node rank: the job spans nodes
             dist.init_process_group("nccl")
             model(x).sum().backward()
             if local_rank == 0:
                 torch.save(model.state_dict(), "ckpt.pt")
             """,
-            line=9,
+            line=10,
         ),
         Invalid(
             """
@@ -629,6 +648,7 @@ class CheckpointPerNode(Rule):
 
             parser = argparse.ArgumentParser()
             parser.add_argument("--local_rank", type=int, default=-1)
+            parser.add_argument("--nnodes", type=int, default=1)
             args = parser.parse_args()
             if args.local_rank != -1:
                 dist.init_process_group("nccl")
@@ -636,10 +656,11 @@ class CheckpointPerNode(Rule):
             if args.local_rank in [-1, 0]:
                 torch.save(args, "training_args.bin")
             """,
-            line=12,
+            line=13,
         ),
         Invalid(
             """
+            import argparse
             import torch
             import torch.distributed as dist
             import torch.multiprocessing as mp
@@ -655,15 +676,19 @@ class CheckpointPerNode(Rule):
                 mp.spawn(worker, nprocs=args.gpus, args=(args,))
 
             if __name__ == "__main__":
-                main(parse_args())
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--nodes", type=int, default=1)
+                parser.add_argument("--node_rank", type=int, default=0)
+                parser.add_argument("--gpus", type=int, default=8)
+                main(parser.parse_args())
             """,
-            line=10,
+            line=11,
         ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Report]:
-        if any(name.startswith(_SHARDING_MODULES) for name in ctx.imports.modules()):
-            return
+        if any(name.startswith(_SHARDING_MODULES) for name in ctx.imports.modules()) or not program_or_file(ctx).names_several_nodes:
+            return  # a program that shows no second node (`torchrun --standalone`, one `mp.spawn`) has one writer
         for _, call in _shared_path_calls(ctx, SAVE, 1, "f", _on_each_node_lead):
             yield Report(
                 node=call,

@@ -684,6 +684,40 @@ def test_a_framework_collective_under_a_main_process_test_is_found_through_a_hel
     assert codes(lint(tmp_path, ("DPL507",))) == [("checkpoint.py", 4, "DPL507")]
 
 
+def test_a_save_on_each_node_is_reported_where_the_program_shows_several_nodes(tmp_path):
+    write(tmp_path, "options.py", """
+        import argparse
+
+        def parse():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=0)
+            NODES
+            return parser.parse_args()
+        """)  # fmt: skip
+    write(tmp_path, "train.py", """
+        import torch
+        import torch.distributed as dist
+        from options import parse
+
+        def main(model):
+            args = parse()
+            dist.init_process_group("nccl")
+            model(args).sum().backward()
+            if args.local_rank == 0:
+                torch.save(model.state_dict(), "last.pt")
+
+        if __name__ == "__main__":
+            main(None)
+        """)  # fmt: skip
+    options = (tmp_path / "options.py").read_text()
+    for nodes, found in [
+        ('parser.add_argument("--nnodes", type=int, default=1)', [("train.py", 11, "DPL526")]),
+        ("pass  # one node: `torchrun --standalone`", []),
+    ]:
+        write(tmp_path, "options.py", options.replace("NODES", nodes))
+        assert codes(lint(tmp_path, ("DPL526",))) == found, nodes
+
+
 def test_a_flag_set_from_the_options_a_class_was_passed_guards_its_saves(tmp_path):
     # VL-T5: `self.verbose = True`, then `False` on the ranks other than 0, tested through `self.args`.
     write(tmp_path, "trainer.py", """

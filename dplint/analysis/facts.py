@@ -1839,6 +1839,13 @@ _SELECTS_DEVICE = GuardedPattern(
     one_line=True,
 )
 _READS_LOCAL_RANK_ENV = GuardedPattern(r"[\"']LOCAL_RANK[\"']", ["LOCAL_RANK"])
+# The code says it runs on several nodes: it reads a variable only a multi-node launcher sets (a node's
+# rank; SLURM's or MPI's global rank), or takes a node count or a node's rank on its command line.
+_NAMES_SEVERAL_NODES = GuardedPattern(
+    r"[\"'](?:NODE_RANK|GROUP_RANK|SLURM_NODEID|SLURM_PROCID|SLURM_NNODES|SLURM_JOB_NUM_NODES|OMPI_COMM_WORLD_RANK|PMI_RANK)[\"']"
+    r"|[\"']--(?:n_?nodes|num[_-]nodes|node[_-]rank|nr)[\"']",
+    ["NODE", "SLURM", "OMPI", "PMI_RANK", "GROUP_RANK", "nodes", "node_rank", "node-rank", "--nr"],
+)
 _SHARDS_EVALUATION = GuardedPattern(r"DistributedSampler\((?:[^()]|\([^()]*\))*\bshuffle[ \t]*=[ \t]*False", ["DistributedSampler"])
 # A tensor or module placed on a GPU by the program itself (the NCCL backend alone places nothing).
 _PLACES_ON_GPU = GuardedPattern(r"\.cuda\(|[\"']cuda\b", ["cuda"], one_line=True)
@@ -1861,6 +1868,7 @@ class DistributedFileFacts:
     epoch_loop: bool = False
     selects_device: bool = False
     reads_local_rank_env: bool = False
+    names_several_nodes: bool = False  # see `_NAMES_SEVERAL_NODES`
     shards_evaluation: bool = False  # a DistributedSampler with shuffle=False: evaluation is sharded
     uses_cuda: bool = False
     places_on_gpu: bool = False
@@ -1910,6 +1918,7 @@ def scan_distributed(text: str, parse: Optional[Callable[[], Optional[ast.Module
         epoch_loop=_EPOCH_LOOP.search(text) is not None,
         selects_device=_SELECTS_DEVICE.search(text) is not None,
         reads_local_rank_env=_READS_LOCAL_RANK_ENV.search(text) is not None,
+        names_several_nodes=_NAMES_SEVERAL_NODES.search(text) is not None,
         shards_evaluation=_SHARDS_EVALUATION.search(text) is not None,
         uses_cuda=places_on_gpu or _NCCL.search(text) is not None,
         places_on_gpu=places_on_gpu,
@@ -2309,6 +2318,7 @@ class DistributedProgram:
     places_on_gpu: bool = False
     reads_local_rank_argument: bool = False
     other_local_rank_source: bool = False
+    names_several_nodes: bool = False
 
     @classmethod
     def merge(cls, files: Iterable[FileFacts]) -> "DistributedProgram":
@@ -2326,6 +2336,7 @@ class DistributedProgram:
             places_on_gpu=any(f.places_on_gpu for f in facts),
             reads_local_rank_argument=any(f.reads_local_rank_argument for f in facts),
             other_local_rank_source=any(f.other_local_rank_source for f in facts),
+            names_several_nodes=any(f.names_several_nodes for f in facts),
         )
 
 
