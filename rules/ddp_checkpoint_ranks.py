@@ -745,7 +745,12 @@ class LoadWithoutMapLocation(Rule):
     too. The program must use CUDA somewhere (`.cuda()`, `"cuda"`, NCCL), and the function
     that loads must hand a state to `load_state_dict` (a model's or an optimizer's checkpoint), to be
     reported: a load whose result another function restores is not, nor one restored straight into a
-    learning-rate scheduler that torch or transformers built (its state is plain numbers).
+    learning-rate scheduler that torch or transformers built (its state is plain numbers). A load in
+    one branch of an `if` whose other branch loads the same path onto a device the test names is not
+    reported
+    (`if args.gpu is None: torch.load(path)`): the test tells a process of one GPU from one that drives
+    all of its node's GPUs, alone on its node; a launch that starts several such processes on a node
+    is not seen.
     """
 
     code = "DPL506"
@@ -835,6 +840,22 @@ class LoadWithoutMapLocation(Rule):
             with tempfile.NamedTemporaryFile() as tmp:
                 torch.save(model.cuda(), tmp.name)
                 copy = torch.load(tmp.name)  # this process's own file, saved from its own GPU
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+
+            def main_worker(gpu, args, model):
+                args.gpu = gpu
+                dist.init_process_group("nccl", rank=args.rank, world_size=args.world_size)
+                model.cuda()
+                if args.gpu is None:  # one process drives all of its node's GPUs
+                    checkpoint = torch.load(args.resume)
+                else:
+                    checkpoint = torch.load(args.resume, map_location=f"cuda:{args.gpu}")
+                model.load_state_dict(checkpoint["state_dict"])
             """
         ),
     ]
@@ -931,6 +952,8 @@ class LoadWithoutMapLocation(Rule):
                 continue  # features, cached examples, a scheduler's numbers: what the file holds is unknown
             if ctx.project.file_read(ctx.filename, ctx.line(call)) in ctx.project.files_on_cpu:
                 continue  # the project writes that file only from CPU tensors (`torch.save(args, ...)`, `x.cpu()`)
+            if call in _mapped_in_the_other_branch(ctx, scope):
+                continue  # the test tells the processes of one GPU, which map their loads, from those of all a node's GPUs
             if argument(call, "map_location", 1) is None and not _restores_a_scheduler(ctx, scope, call, restores):
                 location = _rank_device(ctx, scope, call)
                 fix = None
@@ -942,6 +965,71 @@ class LoadWithoutMapLocation(Rule):
                     help=f"Pass `map_location={location}`: `load_state_dict` then copies the tensors to where the model is.",
                     fix=fix,
                 )
+
+
+def _mapped_in_the_other_branch(ctx: FileContext, scope: ScopeInfo) -> Set[cst.Call]:
+    """Loads without `map_location` in one branch of an `if` whose other branch loads the same path onto
+    a device the test names (pytorch/examples: `if args.gpu is None: torch.load(path)`, else
+    `map_location=f"cuda:{args.gpu}"`): the author tells a process of one GPU from one that drives all
+    of its node's GPUs, which is alone on its node."""
+    found: Set[cst.Call] = set()
+    for statement in ctx.memo(f"ifs:{id(scope.node)}", lambda: list(_if_statements(scope.body))):
+        if statement.orelse is None:
+            continue
+        blocks = list(child_blocks(statement))
+        branches = [_loads(ctx, block) for block in blocks]
+        tested = _dotted_parts(statement.test)
+        for index, loads in enumerate(branches):
+            mapped = {
+                ctx.code(path)
+                for other, block in zip(branches, blocks)
+                if other is not loads
+                for load, path in other
+                if _maps_by(load, tested, _assigned_names(block))
+            }
+            found.update(load for load, path in loads if argument(load, "map_location", 1) is None and ctx.code(path) in mapped)
+    return found
+
+
+def _maps_by(load: cst.Call, tested: Set[str], assigned: Dict[str, cst.BaseExpression]) -> bool:
+    """`map_location=f"cuda:{args.gpu}"` under `if args.gpu is None:` (or a name the branch assigns
+    so): onto a device named by what the branch tests (not `"cpu"` under `torch.cuda.is_available()`)."""
+    location = argument(load, "map_location", 1)
+    if isinstance(location, cst.Name) and location.value in assigned:
+        location = assigned[location.value]
+    return location is not None and not _dotted_parts(location).isdisjoint(tested)
+
+
+def _dotted_parts(node: cst.CSTNode) -> Set[str]:
+    """The names and attribute chains an expression reads (`args.gpu`, `gpu`), calls' callees left out."""
+    name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+    if name is not None:
+        return {name}
+    children = [arg.value for arg in node.args] if isinstance(node, cst.Call) else child_nodes(node)
+    return set().union(*(_dotted_parts(child) for child in children))
+
+
+def _assigned_names(body: Body) -> Dict[str, cst.BaseExpression]:
+    """`loc = f"cuda:{args.gpu}"`: the names a block's own statements assign, with their values."""
+    return {
+        small.targets[0].target.value: small.value
+        for statement in body
+        if isinstance(statement, cst.SimpleStatementLine)
+        for small in statement.body
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
+    }
+
+
+def _loads(ctx: FileContext, body: Body) -> List[Tuple[cst.Call, cst.BaseExpression]]:
+    """The `torch.load` calls of a block's own statements (not nested blocks), with their paths."""
+    found = []
+    for statement in body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for call in calls_in(statement):
+                path = argument(call, "f", 0)
+                if path is not None and ctx.qualify(call.func) in LOAD:
+                    found.append((call, path))
+    return found
 
 
 def _restoring_calls(scope: ScopeInfo) -> List[cst.Call]:
