@@ -854,7 +854,7 @@ def _alternatives(value: Expr) -> List[Tuple[Expr, Guard]]:
     return [(value, ())]
 
 
-def _of_self(expr: Expr) -> bool:
+def _reaches_self(expr: Expr) -> bool:
     """Whether a symbolic expression reaches into `self` (`self.blocks`, `self.heads[name]`)."""
     while expr[0] in ("attr", "item"):
         expr = expr[1]
@@ -1328,7 +1328,7 @@ class ExecutionModel:
         """For ("class", qualified) or ("function", qualified): whether what it builds may hold buffers."""
         if what in self._buffers:
             return self._buffers[what]
-        self._buffers[what] = False  # a class built of itself adds nothing more
+        self._buffers[what] = True  # met again inside itself (a cycle): not followed round, so unknown: yes
         found = self._buffers[what] = self._own_buffers(*what)
         return found
 
@@ -1361,7 +1361,7 @@ class ExecutionModel:
             return outside_call_may_make_buffers(callee[1], _BUILTINS)
         if kind == "either":
             return self._call_makes_buffers(callee[1], filename) or self._call_makes_buffers(callee[2], filename)
-        if kind != "m" or _of_self(callee[1]):
+        if kind != "m" or _reaches_self(callee[1]):
             return False  # `super().__init__()`, or a part of `self` called
         receiver, method = callee[1], callee[2]
         if method != "__call__":
@@ -1378,7 +1378,7 @@ class ExecutionModel:
     def _class_reference_makes_buffers(self, value: Expr, filename: str) -> bool:
         """For a variable called (`block = Basic if small else Bottleneck`; `block(dim)`): what it may build.
         A part of `self` (`for layer in self.layers: layer(x)`) builds nothing."""
-        if _of_self(value):
+        if _reaches_self(value):
             return False
         if value[0] == "ifexp":
             return self._class_reference_makes_buffers(value[2], filename) or self._class_reference_makes_buffers(value[3], filename)
