@@ -159,9 +159,9 @@ class CheckpointOnEveryRank(Rule):
     code = "DPL505"
     preview = True
     preview_reason = (
-        "Measured 0.75 on the 796 repositories of bench/wild (76 true, 25 false, 7 moot): a saver that other ranks hold as a "
-        "no-op object, an attribute that is None on the other ranks, an assert in another module, or a cache that rank 0 "
-        "writes first behind a barrier is not seen."
+        "Measured 0.77 on the 868 repositories of bench/wild (86 true, 25 false, 8 moot): an attribute that is None on the "
+        "other ranks, an assert in another module, a flag whose no-CUDA fallback is true on every rank, or a cache that "
+        "rank 0 writes first behind a barrier is not seen."
     )
     name = "checkpoint-on-every-rank"
     summary = "`torch.save` run by every rank of a process group, to the same path: the writes race."
@@ -565,7 +565,11 @@ class CheckpointPerNode(Rule):
 
     code = "DPL526"
     preview = True
-    preview_reason = "New: not yet measured on bench/wild."
+    preview_reason = (
+        "Measured 0.56 on the 868 repositories of bench/wild (5 true, 4 false, 19 moot): a repository whose code names "
+        "several nodes for one script is read as one whose every script runs on several, and most document single-node "
+        "launches only."
+    )
     name = "checkpoint-per-node"
     summary = "`torch.save` under a local-rank-0 test, to one path: on several nodes, one writer per node races the others."
     triggers = GuardedPattern(r"\bsave\(", ["save("])
@@ -756,7 +760,7 @@ class LoadWithoutMapLocation(Rule):
     code = "DPL506"
     preview = True
     preview_reason = (
-        "Measured 0.78 on the 796 repositories of bench/wild (100 true, 29 false, 34 moot): what a file holds is followed "
+        "Measured 0.77 on the 868 repositories of bench/wild (110 true, 32 false, 34 moot): what a file holds is followed "
         "only where its path ends in a literal name or a module's constant; paths held in attributes, downloaded weights "
         "and files another program writes under the same name are not established."
     )
