@@ -975,23 +975,23 @@ def _mapped_in_the_other_branch(ctx: FileContext, scope: ScopeInfo) -> Set[cst.C
     """Loads without `map_location` in one branch of an `if` whose other branch loads the same path onto
     a device the test names (pytorch/examples: `if args.gpu is None: torch.load(path)`, else
     `map_location=f"cuda:{args.gpu}"`): the author tells a process of one GPU from one that drives all
-    of its node's GPUs, which is alone on its node."""
+    of its node's GPUs, which is alone on its node. Worked out once a scope."""
+    return ctx.memo(f"mapped-elsewhere:{id(scope.node)}", lambda: _loads_mapped_elsewhere(ctx, scope))
+
+
+def _loads_mapped_elsewhere(ctx: FileContext, scope: ScopeInfo) -> Set[cst.Call]:
     found: Set[cst.Call] = set()
-    for statement in ctx.memo(f"ifs:{id(scope.node)}", lambda: list(_if_statements(scope.body))):
+    for statement in _if_statements(scope.body):
         if statement.orelse is None:
             continue
-        blocks = list(child_blocks(statement))
-        branches = [_loads(ctx, block) for block in blocks]
         tested = _dotted_parts(statement.test)
-        for index, loads in enumerate(branches):
-            mapped = {
-                ctx.code(path)
-                for other, block in zip(branches, blocks)
-                if other is not loads
-                for load, path in other
-                if _maps_by(load, tested, _assigned_names(block))
-            }
-            found.update(load for load, path in loads if argument(load, "map_location", 1) is None and ctx.code(path) in mapped)
+        branches = []  # each branch's loads, and the paths it loads onto a device the test names
+        for block in child_blocks(statement):
+            loads, assigned = _loads(ctx, block), _assigned_names(block)
+            branches.append((loads, {ctx.code(path) for load, path in loads if _maps_by(load, tested, assigned)}))
+        for index, (loads, _) in enumerate(branches):
+            elsewhere = set().union(*(mapped for other, (_, mapped) in enumerate(branches) if other != index))
+            found.update(load for load, path in loads if argument(load, "map_location", 1) is None and ctx.code(path) in elsewhere)
     return found
 
 

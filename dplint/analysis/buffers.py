@@ -3,7 +3,7 @@
 A module holds buffers when something in it registers one: torch's batch and instance norms, a spectral
 norm, `register_buffer`, a module loaded or built by another library. What a project class is made of
 is read from its calls (`ExecutionModel.may_hold_buffers`); this module holds what torch's own names
-say, and what a class's or function's source shows that its calls do not (`hides_buffers`).
+say, and what a class's or function's source shows that its calls do not (`BufferEvidence`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ BUFFER_NAMES = frozenset(
 # Instance norms keep running statistics only when made with `track_running_stats=True` (the fifth argument).
 INSTANCE_NORMS = frozenset({"InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LazyInstanceNorm1d", "LazyInstanceNorm2d", "LazyInstanceNorm3d"})
 BUFFER_MAKING_NAMES = BUFFER_NAMES | INSTANCE_NORMS
-# torch modules whose calls make no buffers besides those BUFFER_NAMES names: layers, functions, init.
-_TORCH_WITHOUT_BUFFERS = ("torch.nn.", "torch.")
+# torch's calls make no buffers besides those BUFFER_NAMES names and those made elsewhere (below): layers,
+# functions, init.
+_TORCH = "torch."
 # torch calls that hand back a module made elsewhere (loaded, quantized, parametrized): it may hold some.
 _TORCH_MADE_ELSEWHERE = ("torch.load", "torch.hub.", "torch.jit.", "torch.package.", "torch.ao.", "torch.quantization.",
                          "torch.nn.quantized", "torch.nn.intrinsic", "torch.nn.utils.parametrize", "torch.fx.")  # fmt: skip
@@ -37,7 +38,7 @@ _WITHOUT_MODULES = frozenset(
 )  # fmt: skip
 # Methods that build a module from what they are called on (`AutoModel.from_pretrained(path)`).
 CONSTRUCTING_METHODS = frozenset({"from_pretrained", "from_config", "from_name", "build", "build_model", "create_model", "load", "load_model", "instantiate"})
-# Bases a module class takes from torch that add no buffers themselves.
+# torch's containers: what they are given becomes the module's parts.
 _CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
 
 
@@ -52,7 +53,7 @@ def outside_call_may_make_buffers(qualified: str, builtins: frozenset) -> bool:
         return True  # a copy of whatever module it is given
     if qualified.startswith(_TORCH_MADE_ELSEWHERE):
         return True
-    if qualified.startswith(_TORCH_WITHOUT_BUFFERS):
+    if qualified.startswith(_TORCH):
         return False
     return qualified.split(".")[0] not in _WITHOUT_MODULES
 
@@ -62,7 +63,7 @@ def base_may_hold_buffers(qualified: str) -> bool:
     if qualified == "object":
         return False
     last = qualified.rpartition(".")[2]
-    return not (qualified.startswith("torch.nn.") and last not in BUFFER_NAMES | INSTANCE_NORMS)
+    return not (qualified.startswith("torch.nn.") and last not in BUFFER_MAKING_NAMES)
 
 
 class BufferEvidence:
@@ -72,6 +73,9 @@ class BufferEvidence:
     `forward`; name a base nobody knows; or keep a module they were given (`self.encoder = encoder`,
     then `self.encoder(x)`). Fed each node of one walk over the module, with the qualified name of the
     class or function holding it (`holder`), its scope's key, and the class of its `self`."""
+
+    # The nodes `see` reads; names are read by `named`, where they are one of BUFFER_MAKING_NAMES.
+    NODES = frozenset({ast.Call, ast.For, ast.AsyncFor, ast.comprehension, ast.Starred, ast.Assign, ast.AnnAssign})
 
     def __init__(self) -> None:
         self.marked: Set[str] = set()
@@ -85,9 +89,6 @@ class BufferEvidence:
 
     def mark(self, holder: str) -> None:
         self.marked.add(holder)
-
-    # The nodes `see` reads; names are read by `named`, where they are one of BUFFER_MAKING_NAMES.
-    NODES = frozenset({ast.Call, ast.For, ast.AsyncFor, ast.comprehension, ast.Starred, ast.Assign, ast.AnnAssign})
 
     def named(self, node: ast.AST, holder: str) -> None:
         """A name of BUFFER_MAKING_NAMES: an instance norm counts unless its call keeps no statistics."""

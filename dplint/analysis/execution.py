@@ -1236,6 +1236,7 @@ class ExecutionModel:
                         self._subclasses.setdefault(resolved[1], set()).add(name)
         self._class_file = {name: filename for filename, info in self.files.items() for name in info.classes}
         self._buffers: Dict[Tuple[str, str], bool] = {}
+        self._passed: Dict[str, Optional[str]] = {}
         self._types: Dict[str, FrozenSet[str]] = {}
         for key in [key for key in self._assigned if key.startswith("T:")]:
             holder, _, attribute = key[2:].partition("|")
@@ -1373,15 +1374,15 @@ class ExecutionModel:
         assigned = self._assigned.get(receiver[1])
         if not assigned:
             return True  # a parameter (`norm_layer(dim)`): whatever the caller passes
-        return any(self._class_reference_makes_buffers(value, where[0]) for where, _, value in assigned)
+        return any(
+            self._class_reference_makes_buffers(alternative, where[0]) for where, _, value in assigned for alternative, _ in _alternatives(value)
+        )
 
     def _class_reference_makes_buffers(self, value: Expr, filename: str) -> bool:
-        """For a variable called (`block = Basic if small else Bottleneck`; `block(dim)`): what it may build.
-        A part of `self` (`for layer in self.layers: layer(x)`) builds nothing."""
+        """For a variable called (`block = Basic if small else Bottleneck`; `block(dim)`), each thing it may
+        hold: what that builds. A part of `self` (`for layer in self.layers: layer(x)`) builds nothing."""
         if _reaches_self(value):
             return False
-        if value[0] == "ifexp":
-            return self._class_reference_makes_buffers(value[2], filename) or self._class_reference_makes_buffers(value[3], filename)
         if value[0] == "v" and value[1].startswith("Q:"):
             return self._call_makes_buffers(("q", value[1][2:]), filename)
         if value[0] == "call" and value[1] == ("q", "functools.partial") and value[2]:
@@ -1889,7 +1890,13 @@ class ExecutionModel:
 
     def passed_attribute(self, key: str) -> Optional[str]:
         """For an attribute path of `self` whose head the class was passed (`self.args = args`, then
-        `self.args.gpu`): the same path of the object passed, as other functions name it (`A:args.gpu`)."""
+        `self.args.gpu`): the same path of the object passed, as other functions name it (`A:args.gpu`).
+        Asked of every variable an evaluation reads where the program has mode tests: worked out once."""
+        if key not in self._passed:
+            self._passed[key] = self._passed_attribute(key)
+        return self._passed[key]
+
+    def _passed_attribute(self, key: str) -> Optional[str]:
         class_name, _, path = key[2:].partition(":")
         head, _, rest = path.partition(".")
         if not key.startswith("S:") or not rest:
