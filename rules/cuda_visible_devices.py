@@ -2,18 +2,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from dplint.analysis.context import FileContext
 from dplint.analysis.torch_api import DATA_PARALLEL
+from dplint.analysis.wrapping import all_classes, attribute_references, method_self
 from dplint.analysis.names import (
     Body,
     ImportMap,
     block_body,
     child_blocks,
     child_nodes,
+    descendants,
     header_expressions,
     dotted,
     iter_small_statements,
@@ -41,6 +43,8 @@ CHILD_STARTERS = frozenset(
         "os.spawnlp", "os.spawnlpe", "os.posix_spawn", "os.posix_spawnp", "subprocess.run", "subprocess.Popen",
         "subprocess.call", "subprocess.check_call", "subprocess.check_output", "subprocess.getoutput",
         "subprocess.getstatusoutput", "ray.init",
+        # SGLang's inference server, a process of its own (`multiprocessing` with `spawn`).
+        "sglang.srt.entrypoints.http_server_engine.launch_server_process",
     }
 )  # fmt: skip
 
@@ -411,13 +415,39 @@ def _written_value(ctx: FileContext, found: Assignment) -> Optional[cst.BaseExpr
 def _starts_a_child_after(ctx: FileContext, found: Assignment) -> bool:
     """Whether the write is for a child process: its function (or module) then starts one that inherits
     this environment (`os.system`, `subprocess.run` without `env=`, `ray.init`, a Ray actor's
-    `.remote()`), which reads the variable afresh, and touches CUDA no more itself."""
-    analysis = _analysis(ctx)
-    if found.node in analysis.followed_by_cuda:
+    `.remote()`, a method of its class that does), which reads the variable afresh, and touches CUDA no
+    more itself. A method whose every caller in its class does so after the call counts too
+    (`self._set_devices()`, then `self._launch_server()`)."""
+    if found.node in _analysis(ctx).followed_by_cuda:
         return False  # this process initialises CUDA after it: the write is for it too
+    verdict = _child_after(ctx, _scope_body(ctx, found), found.statement)
+    if verdict is not None or found.scope is None:
+        return bool(verdict)
+    cls = next((c for c in all_classes(ctx.module.body) if any(m is found.scope for m in block_body(c.body))), None)
+    name = found.scope.name.value
+    if cls is None or method_self(found.scope) is None:
+        return False
+    calls = [
+        (method, node)
+        for method in block_body(cls.body)
+        if isinstance(method, cst.FunctionDef) and method_self(method) is not None
+        for node in descendants(method)
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == name
+        and dotted(node.func.value) == method_self(method)
+    ]
+    if not calls or attribute_references(ctx).get(name, 0) != len(calls):
+        return False  # called from elsewhere too, where no child may follow
+    return all(_child_after(ctx, block_body(method.body), call) for method, call in calls)
+
+
+def _child_after(ctx: FileContext, body: Body, start: cst.CSTNode) -> Optional[bool]:
+    """After `start` in `body`: False where this process initialises CUDA, else True where it starts a
+    child process that inherits the environment, else None."""
+    analysis = _analysis(ctx)
+    methods = _child_starting_methods(ctx)
     seen = child = False
-    for node in _in_source_order(_scope_body(ctx, found)):
-        if node is found.statement:
+    for node in _in_source_order(body):
+        if node is start:
             seen = True
         elif seen and isinstance(node, cst.Call):
             qualified = ctx.qualify(node.func)
@@ -425,9 +455,28 @@ def _starts_a_child_after(ctx: FileContext, found: Assignment) -> bool:
                 return False  # this process uses the devices too
             if qualified in CHILD_STARTERS and not any(arg.keyword is not None and arg.keyword.value == "env" for arg in node.args):
                 child = True
-            elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "remote":
+            elif isinstance(node.func, cst.Attribute) and (node.func.attr.value == "remote" or node.func.attr.value in methods):
                 child = True
-    return child
+    return True if child else None
+
+
+def _child_starting_methods(ctx: FileContext) -> FrozenSet[str]:
+    """Methods of the file's classes whose own body starts a child process (`def _launch_server(self):`)."""
+
+    def find() -> FrozenSet[str]:
+        return frozenset(
+            method.name.value
+            for cls in all_classes(ctx.module.body)
+            for method in block_body(cls.body)
+            if isinstance(method, cst.FunctionDef)
+            and method_self(method) is not None
+            and any(
+                isinstance(node, cst.Call) and ctx.qualify(node.func) in CHILD_STARTERS
+                for node in _in_source_order(block_body(method.body))
+            )
+        )
+
+    return ctx.memo("child-starting-methods", find)
 
 
 def _in_source_order(body: Body) -> Iterator[cst.CSTNode]:
@@ -490,9 +539,10 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
     every path: after an `if` whose every branch initialises it, not after one branch, a loop body or
     a `try` body (DPL202 reports those as possibly too late). A write followed, in its function,
     by a child process that inherits the environment (`os.system`, `subprocess` without `env=`,
-    `ray.init`, a Ray actor's `.remote()`) and by no CUDA use of this process is taken as meant for
-    that child, which reads the variable afresh, and is not reported; so is a write that puts back the
-    value its function read before.
+    `ray.init`, a Ray actor's `.remote()`, SGLang's server, a method of its class that starts one) and
+    by no CUDA use of this process is taken as meant for that child, which reads the variable afresh,
+    and is not reported; so is a method whose every caller in its class does that after calling it,
+    and a write that puts back the value its function read before.
     """
 
     code = "DPL201"
@@ -680,9 +730,10 @@ class CudaVisibleDevicesAfterTorchImport(Rule):
     level, directly or through other linted modules; a module outside the linted paths is known only
     if it is a well-known torch-based library (torchvision, transformers, lightning, …). A write
     followed, in its function, by a child process that inherits the environment (`os.system`,
-    `subprocess` without `env=`, `ray.init`, a Ray actor's `.remote()`) and by no CUDA use of this
-    process is meant for that child and is not reported, nor is a write that puts back the value its
-    function read before.
+    `subprocess` without `env=`, `ray.init`, a Ray actor's `.remote()`, SGLang's server, a method of
+    its class that starts one) and by no CUDA use of this process is meant for that child and is not
+    reported; so is a method whose every caller in its class does that after calling it, and a write
+    that puts back the value its function read before.
     """
 
     code = "DPL202"
@@ -728,6 +779,24 @@ class CudaVisibleDevicesAfterTorchImport(Rule):
                 return engines
             """
         ),
+        Valid(
+            """
+            import os
+            import subprocess
+            import torch
+
+            class Rollout:
+                def __init__(self, devices):
+                    self._set_devices(devices)
+                    self._launch_server()  # the child started here reads the variable afresh
+
+                def _set_devices(self, devices):
+                    os.environ["CUDA_VISIBLE_DEVICES"] = devices
+
+                def _launch_server(self):
+                    self.server = subprocess.Popen(["python", "-m", "server"])
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -770,6 +839,26 @@ class CudaVisibleDevicesAfterTorchImport(Rule):
             os.environ["CUDA_VISIBLE_DEVICES"] = args.gpu  # too late on the "all" path only
             """,
             line=6,
+        ),
+        Invalid(
+            """
+            import os
+            import subprocess
+            import torch
+
+            class Rollout:
+                def __init__(self, devices):
+                    self._set_devices(devices)
+                    self.model = load_model().cuda()  # this process uses the devices too
+                    self._launch_server()
+
+                def _set_devices(self, devices):
+                    os.environ["CUDA_VISIBLE_DEVICES"] = devices
+
+                def _launch_server(self):
+                    self.server = subprocess.Popen(["python", "-m", "server"])
+            """,
+            line=12,
         ),
     ]
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import FrozenSet, Iterator, Sequence
+from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence
 
 import libcst as cst
 
@@ -10,6 +10,7 @@ from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.inference import Inference, Kind, Scope
 from dplint.analysis.names import descendants, dotted
 from dplint.analysis.outline import Outline
+from dplint.analysis.tensor_api import TORCH_FUNCTIONS
 from dplint.analysis.torch_api import DTYPES
 from dplint.rule import FixSpec, Invalid, NodeEdit, Report, Rule, Valid
 
@@ -51,7 +52,9 @@ class DiscardedTensorMove(Rule):
 
     A `.to()` given only a dtype (`mask.to(torch.float16)`, `bias.to(q.dtype)`) casts and moves
     nothing: discarding it is not reported here. Nor is a move written straight in a `try:` whose
-    handlers catch: it is made to see whether it raises (a probe for a usable GPU).
+    handlers catch: it is made to see whether it raises (a probe for a usable GPU). Nor is a move of
+    a tensor the statement makes itself (`torch.zeros(1).cuda()`, for a CUDA context), or of a local
+    variable that nothing reads afterwards: no code is left using the tensor that stayed behind.
 
     ## Fix safety
     The fix assigns the result back (`x = x.to(device)`) for a local name or a `self.<attr>` that is
@@ -354,8 +357,42 @@ class DiscardedTensorMove(Rule):
             move(torch.zeros(2), "cuda")
             """
         ),
+        Valid(
+            """
+            import torch
+
+            def occupy_gpus(gpus):
+                for g in gpus:
+                    torch.zeros(1).cuda(g)  # a tensor made here for a CUDA context; nothing holds it
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def fit(weight):
+                weight_2d = weight.reshape(weight.shape[0], -1)
+                centroids = kmeans(weight_2d)
+                weight_2d.cpu()  # discarded, but nothing reads `weight_2d` again
+                return centroids
+            """
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+
+            def collect(loader, device):
+                counts = None
+                for batch in loader:
+                    if counts is not None:
+                        total = counts.sum()  # the next iteration reads the tensor left on the CPU
+                    counts = torch.zeros(len(batch))
+                    counts.to(device)
+            """,
+            line=9,
+        ),
         Invalid(
             """
             import torch
@@ -693,6 +730,8 @@ class DiscardedTensorMove(Rule):
                 receiver = call.func.value
                 if inference.kind(receiver, scope) is not Kind.TENSOR or id(line) in _probes(ctx):
                     continue
+                if _made_here(ctx, receiver) or _never_read_again(inference, receiver, scope):
+                    continue
                 yield self._report(ctx, small, call, receiver, scope)
 
     @staticmethod
@@ -730,6 +769,104 @@ def _probes(ctx: FileContext) -> FrozenSet[int]:
         )
 
     return ctx.memo("discarded-move-probes", compute)
+
+
+def _made_here(ctx: FileContext, receiver: cst.BaseExpression) -> bool:
+    """`torch.zeros(1).cuda()`: a tensor the statement itself makes, which nothing else holds; moving it
+    is done for the side effect (a CUDA context), and no tensor of the code stays behind."""
+    if not isinstance(receiver, cst.Call):
+        return False
+    module, _, name = (ctx.qualify(receiver.func) or "").rpartition(".")
+    return module == "torch" and name in TORCH_FUNCTIONS and not name.endswith("_")
+
+
+def _never_read_again(inference: Inference, receiver: cst.BaseExpression, scope: Scope) -> bool:
+    """Whether the receiver is a local variable of a function (not a parameter: the caller holds that
+    tensor too) that nothing reads after the move: the tensor that stays behind is never used, so
+    nothing runs on the wrong device. A read earlier in a loop around the move comes after it in the
+    next iteration, unless the iteration assigns the name afresh before it."""
+    if not isinstance(receiver, cst.Name) or scope.function is None:
+        return False
+    reaching = inference.reaching_bindings(receiver, scope)
+    if not reaching or any(binding in reaching for _, binding in scope.entry):
+        return False
+    name = receiver.value
+    place: Dict[int, int] = {}  # node id → its place in source order
+    parent: Dict[int, cst.CSTNode] = {}
+    pending: List[cst.CSTNode] = [scope.function.body]
+    while pending:
+        node = pending.pop()
+        place[id(node)] = len(place)
+        if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.BaseComp)):
+            if any(isinstance(part, cst.Name) and part.value == name for part in descendants(node)):
+                return False  # read by a closure or a comprehension, whenever that runs
+            continue
+        for child in reversed(node.children):
+            parent[id(child)] = node
+            pending.append(child)
+    bound = {id(target) for target in _bound_names(scope.function.body)}
+    for node in descendants(scope.function.body):
+        if not (isinstance(node, cst.Name) and node.value == name and node is not receiver) or id(node) in bound:
+            continue
+        bindings = inference.reaching_bindings(node, scope)
+        if bindings is None or bindings.isdisjoint(reaching):
+            continue
+        if place.get(id(node), -1) > place[id(receiver)] or _read_next_iteration(node, receiver, name, parent):
+            return False
+    return True
+
+
+def _read_next_iteration(read: cst.Name, move: cst.Name, name: str, parent: Mapping[int, cst.CSTNode]) -> bool:
+    """Whether a loop around both the move and an earlier read reaches the read again with the moved
+    name's value: no assignment of the name stands before the read in its iteration (in its block or
+    a block around it, inside the loop)."""
+    around_move = set()
+    node: Optional[cst.CSTNode] = move
+    while node is not None:
+        around_move.add(id(node))
+        node = parent.get(id(node))
+    node, assigned = read, False
+    while node is not None:
+        above = parent.get(id(node))
+        if isinstance(above, (cst.IndentedBlock, cst.Module)):
+            for statement in above.body:
+                if statement is node:
+                    break
+                if _assigns(statement, name):
+                    assigned = True
+        if isinstance(above, (cst.For, cst.While)) and id(above) in around_move and above.body is node and not assigned:
+            return True
+        node = above
+    return False
+
+
+def _bound_names(body: cst.CSTNode) -> Iterator[cst.Name]:
+    """The names that statements bind without reading them: assignment and loop targets, `as` names, `del`."""
+    for node in descendants(body):
+        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.For, cst.NamedExpr, cst.CompFor)):
+            targets = [node.target]
+        elif isinstance(node, cst.AsName):
+            targets = [node.name]
+        elif isinstance(node, cst.Del):
+            targets = [node.target]
+        else:
+            continue
+        while targets:
+            target = targets.pop()
+            if isinstance(target, cst.Name):
+                yield target
+            elif isinstance(target, (cst.Tuple, cst.List)):
+                targets.extend(element.value for element in target.elements)
+            elif isinstance(target, cst.StarredElement):
+                targets.append(target.value)
+
+
+def _assigns(statement: cst.CSTNode, name: str) -> bool:
+    """`name = ...` as a statement of its own."""
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == name for t in small.targets)
+        for small in statement.body
+    )
 
 
 def _casts_only(ctx: FileContext, call: cst.Call) -> bool:

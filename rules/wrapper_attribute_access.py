@@ -199,6 +199,44 @@ class WrapperAttributeAccess(Rule):
         ),
         Valid(
             """
+            import torch
+
+            class Encoder(torch.nn.Module):
+                def __init__(self, name, is_inference=True):
+                    super().__init__()
+                    self.model = load(name)
+                    if is_inference:
+                        self.model = torch.nn.DataParallel(self.model)
+
+            class TrainEncoder(Encoder):
+                def __init__(self, **kwargs):
+                    super().__init__(**kwargs, is_inference=False)  # the wrap above never runs for it
+
+                def setup(self):
+                    self.model.gradient_checkpointing_enable()
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+
+            class Evaluator:
+                def __init__(self, args):
+                    self.args = args
+                    self.model = build_model()
+                    if args.distributed:
+                        self.model = nn.parallel.DistributedDataParallel(self.model)
+
+                def eval(self):
+                    if self.args.distributed:  # the test the wrap made, through the attribute that keeps it
+                        model = self.model.module
+                    else:
+                        model = self.model
+                    return model.evaluate(batch)
+            """
+        ),
+        Valid(
+            """
             from torch.nn.parallel import DistributedDataParallel as DDP
             if is_distributed:
                 model = DDP(model, device_ids=[rank])
@@ -322,6 +360,26 @@ class WrapperAttributeAccess(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+
+            class Encoder(torch.nn.Module):
+                def __init__(self, name, is_inference=True):
+                    super().__init__()
+                    self.model = load(name)
+                    if is_inference:
+                        self.model = torch.nn.DataParallel(self.model)
+
+            class ServeEncoder(Encoder):
+                def __init__(self, **kwargs):
+                    super().__init__(**kwargs, is_inference=True)
+
+                def warm_up(self):
+                    self.model.generate(prompt)
+            """,
+            line=15,
+        ),
         Invalid(
             """
             import torch

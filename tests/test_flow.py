@@ -409,6 +409,7 @@ def test_functions_and_module_names_of_another_file_are_tensors_where_they_are_u
                 anchors = make_priors(4)
                 anchors.cuda()
                 maybe(3).cuda()
+                return anchors
             """
         )
     )
@@ -422,7 +423,7 @@ def test_functions_and_module_names_of_another_file_are_tensors_where_they_are_u
 @pytest.mark.parametrize(
     "source, lines",
     [
-        ("import torch\nif x: y = 1; torch.zeros(1).cuda()\n", [2]),
+        ("import torch\nt = torch.zeros(1)\nif x: y = 1; t.cuda()\n", [3]),
         ("import torch\nfor i in range(3): t = torch.zeros(1); t.cuda()\n", [2]),
         ("import torch\ntry: t = torch.zeros(1)\nexcept Exception: t = None\nt.cuda()\n", []),
         ("import torch\nwith ctx: t = torch.zeros(1); t.cuda()\n", [2]),

@@ -598,6 +598,42 @@ def test_class_scan_reads_bases_and_forward_by_indentation():
     ]
 
 
+def test_class_scan_reads_the_constants_init_passes_to_the_base():
+    classes = scan_classes(
+        textwrap.dedent(
+            """
+            class Train(Encoder):
+                def __init__(
+                    self,
+                    **kwargs,
+                ):
+                    super().__init__(**kwargs, is_inference=False, name="m", size=(1, 2))
+
+            class Either(Encoder):
+                def __init__(self, flag):
+                    if flag:
+                        super().__init__(is_inference=True)
+                    else:
+                        super().__init__(is_inference=False)
+
+            class Nested(Encoder):
+                def __init__(self):
+                    def build():
+                        super().__init__(is_inference=False)
+                    build()
+
+                def reset(self):
+                    super().__init__(is_inference=False)
+            """
+        )
+    )
+    assert [(c.name, c.base_init_literals) for c in classes] == [
+        ("Train", (("is_inference", False), ("name", "m"))),
+        ("Either", ()),
+        ("Nested", ()),
+    ]
+
+
 DPL302_CASES = {
     "an attribute set on the wrapper matters only to a model whose methods read it": (
         """

@@ -187,6 +187,34 @@ def test_a_wrapper_returned_or_held_by_an_object_of_another_file_is_followed(tmp
     assert "(`build()`, engine/parallel.py:5)" in result.stdout
 
 
+GRIT_BASE = """\
+import torch
+
+
+class Encoder(torch.nn.Module):
+    def __init__(self, name, is_inference=True):
+        super().__init__()
+        self.model = load(name)
+        if is_inference:
+            self.model = torch.nn.DataParallel(self.model)
+"""
+
+
+def test_a_subclass_that_passes_its_base_a_constant_the_wrap_tests_never_holds_that_wrap(tmp_path):
+    write(tmp_path, "pyproject.toml", "[project]\nname = 'grit'\n")
+    write(tmp_path, "grit/__init__.py", "")
+    write(tmp_path, "grit/encoder.py", GRIT_BASE)
+    train = (
+        "from grit.encoder import Encoder\n\n\nclass TrainEncoder(Encoder):\n    def __init__(\n        self,\n        **kwargs,\n    ):\n"
+        "        super().__init__(**kwargs, is_inference=FLAG)\n\n    def setup(self):\n        self.model.gradient_checkpointing_enable()\n\n\n"
+        "model = TrainEncoder(name='m')\nmodel.model.resize_token_embeddings(10)\n"
+    )
+    write(tmp_path, "train.py", train.replace("FLAG", "False"))
+    assert codes(dplint("--no-cache", "--select", "DPL302", "train.py", cwd=tmp_path)) == []
+    write(tmp_path, "train.py", train.replace("FLAG", "True"))
+    assert codes(dplint("--no-cache", "--select", "DPL302", "train.py", cwd=tmp_path)) == ["train.py:12:9 DPL302", "train.py:16:1 DPL302"]
+
+
 ENGINE = (
     "import torch\n\n\ndef train(model, loader, path='m.pt'):\n    for batch in loader:\n        model(batch)\n"
     "    torch.save(model.state_dict(), path)\n"

@@ -124,6 +124,14 @@ class AttributeWrap:
     # after it, under the same conditions), and the methods it calls on `self` while it holds it.
     leaves: bool = True
     during: Tuple[str, ...] = ()
+    # For a wrap in `__init__`: its parameters that the conditions test for truth, with the truth each
+    # must have for the wrap to run (`if is_inference:` → `("is_inference", True)`); a subclass that
+    # passes the base a constant for one of them may rule the wrap out.
+    parameter_tests: Tuple[Tuple[str, bool], ...] = ()
+
+    def ruled_out_by(self, literals: Mapping[str, object]) -> bool:
+        """Whether these constants, passed for the method's parameters, make a condition of the wrap fail."""
+        return any(name in literals and bool(literals[name]) != holds for name, holds in self.parameter_tests)
 
 
 @dataclass(frozen=True)
@@ -200,6 +208,9 @@ class ClassInfo:
     name: str
     bases: Tuple[str, ...]
     defines_forward: bool
+    # The literal keywords its `__init__` passes to its base's (`super().__init__(is_inference=False)`):
+    # the base's `__init__` runs with them bound, whatever their defaults.
+    base_init_literals: Tuple[Tuple[str, object], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -823,22 +834,30 @@ def _qualified(node: ast.AST, aliases: Mapping[str, str]) -> Optional[str]:
 
 _SUBCLASS = GuardedPattern(r"^[ \t]*class[ \t]+\w+[ \t]*\([ \t]*[\w.]", ["class"], re.M, one_line=True)
 # Searched in "\n" + text: a pattern that opens with a newline lets the regex engine jump between lines.
-_CLASS_OR_FORWARD = re.compile(
-    r"\n(?P<indent>[ \t]*)(?:class[ \t]+(?P<name>\w+)[ \t]*(?:\((?P<bases>[^)]*)\))?[ \t]*:|(?:async[ \t]+)?def[ \t]+forward\b)"
+_CLASS_FORWARD_OR_BASE_INIT = re.compile(
+    r"\n(?P<indent>[ \t]*)(?:class[ \t]+(?P<name>\w+)[ \t]*(?:\((?P<bases>[^)]*)\))?[ \t]*:|(?:async[ \t]+)?def[ \t]+forward\b"
+    r"|(?P<base_init>super[ \t]*\([^)\n]*\)[ \t]*\.[ \t]*__init__[ \t]*\())"
 )
+_HEADER = re.compile(r"[ \t]*(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
 
 
 def scan_classes(text: str) -> Tuple[ClassInfo, ...]:
-    """Classes with their base names and whether they define `forward`, read from the text by indentation.
+    """Classes with their base names, whether they define `forward`, and the literal keywords their
+    `__init__` passes to `super().__init__`, read from the text by indentation.
 
     A regex over the lines is ~20x cheaper than a parse, and every file needs this pass.
     """
-    found: List[List] = []  # [name, bases, defines_forward, indent]
+    found: List[List] = []  # [name, bases, defines_forward, indent, base init calls]
     open_classes: List[List] = []
-    for match in _CLASS_OR_FORWARD.finditer("\n" + text):
+    source = "\n" + text
+    for match in _CLASS_FORWARD_OR_BASE_INIT.finditer(source):
         indent = len(match.group("indent").expandtabs())
         while open_classes and open_classes[-1][3] >= indent:
             open_classes.pop()
+        if match.group("base_init") is not None:
+            if open_classes and _enclosing_headers(source, match.start(), indent, 2) == [("def", "__init__"), ("class", open_classes[-1][0])]:
+                open_classes[-1][4].append(_literal_keywords(source, match.start("base_init")))
+            continue
         if match.group("name") is None:
             if open_classes:
                 open_classes[-1][2] = True
@@ -848,10 +867,60 @@ def scan_classes(text: str) -> Tuple[ClassInfo, ...]:
             for base in (match.group("bases") or "").split(",")
             if base.strip() and "=" not in base and re.fullmatch(r"[\w.]+", base.strip())
         )
-        entry = [match.group("name"), bases, False, indent]
+        entry = [match.group("name"), bases, False, indent, []]
         found.append(entry)
         open_classes.append(entry)
-    return tuple(ClassInfo(name, bases, forward) for name, bases, forward, _ in found)
+    # One call to the base's `__init__` binds its keywords; with several (one per branch) none is known.
+    return tuple(
+        ClassInfo(name, bases, forward, calls[0] if len(calls) == 1 else ()) for name, bases, forward, _, calls in found
+    )
+
+
+def _enclosing_headers(source: str, position: int, limit: int, count: int) -> List[Tuple[str, str]]:
+    """The `def`/`class` headers around the line indented by `limit` that follows `position` (innermost
+    first, at most `count`): each is the nearest line above with less indentation (blank lines,
+    comments and closing brackets aside)."""
+    headers: List[Tuple[str, str]] = []
+    for line in reversed(source[:position].split("\n")):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#)]}":  # a closing bracket ends a signature or a call, no block
+            continue
+        indent = len(line.expandtabs()) - len(line.expandtabs().lstrip())
+        if indent >= limit:
+            continue
+        limit = indent
+        header = _HEADER.match(line)
+        if header is not None:
+            headers.append((header.group(1), header.group(2)))
+            if len(headers) == count:
+                break
+        if indent == 0:
+            break
+    return headers
+
+
+def _literal_keywords(source: str, start: int) -> Tuple[Tuple[str, object], ...]:
+    """The keywords given a constant in the call that opens at `start` (it may span lines)."""
+    depth, end = 0, start
+    for end in range(source.index("(", source.index("__init__", start)), len(source)):
+        character = source[end]
+        if character in "([{":
+            depth += 1
+        elif character in ")]}":
+            depth -= 1
+            if depth == 0:
+                break
+    try:
+        call = ast.parse(source[start : end + 1], mode="eval").body
+    except (SyntaxError, ValueError):  # a bracket inside a string: unknown, so nothing is bound
+        return ()
+    if not isinstance(call, ast.Call):
+        return ()
+    return tuple(
+        (keyword.arg, keyword.value.value)
+        for keyword in call.keywords
+        if keyword.arg is not None and isinstance(keyword.value, ast.Constant)
+    )
 
 
 def _int_literal(node: ast.AST) -> Optional[int]:
@@ -1100,8 +1169,28 @@ def scan_attribute_wraps(tree: ast.AST, text: str, qualify, path: str) -> Tuple[
                 end = min(undone) if undone else None
                 during = tuple(sorted({name for at, name in calls if at > line and (end is None or at < end)}))
                 tests = _condition_texts(text, (*conditions, *wrap[1]))
-                found.append(AttributeWrap(node.name, attribute, wrap[0], path, line, tests, method.name, end is None, during))
+                parameters = _tested_parameters(method, (*conditions, *wrap[1])) if method.name == "__init__" else ()
+                found.append(AttributeWrap(node.name, attribute, wrap[0], path, line, tests, method.name, end is None, during, parameters))
     return tuple(found)
+
+
+def _tested_parameters(method: ast.FunctionDef, conditions) -> Tuple[Tuple[str, bool], ...]:
+    """The parameters of `method` that `conditions` test for truth (`if flag:`, `if not flag:`, one
+    side of an `and`), with the truth each must have; only those the method never rebinds."""
+    arguments = method.args
+    names = {arg.arg for arg in (*arguments.posonlyargs, *arguments.args[1:], *arguments.kwonlyargs)}
+    names -= {node.id for node in ast.walk(method) if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load)}
+    found: List[Tuple[str, bool]] = []
+    pending = list(conditions)
+    while pending:
+        test, holds = pending.pop()
+        if isinstance(test, ast.Name) and test.id in names:
+            found.append((test.id, holds))
+        elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            pending.append((test.operand, not holds))
+        elif isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And if holds else ast.Or):
+            pending.extend((value, holds) for value in test.values)
+    return tuple(sorted(found))
 
 
 def scan_returned_wraps(tree: ast.Module, text: str, qualify, path: str) -> Tuple[ReturnedWrap, ...]:
@@ -1665,6 +1754,18 @@ class ProjectFacts:
                 return True
         return False
 
+    def ruled_out_base_wraps(self, class_name: str, base: str) -> FrozenSet[Tuple[str, int]]:
+        """The `__init__` wraps of `base` (path, line) that never run for `class_name`: it passes
+        `base.__init__` a constant that fails their test (see `base_init_literals`)."""
+        literals = base_init_literals(self._classes, class_name, base)
+        if not literals:
+            return frozenset()
+        return frozenset(
+            (wrap.path, wrap.line)
+            for wrap in self.attribute_wraps.get(base, ())
+            if wrap.class_name == base and wrap.method == "__init__" and wrap.ruled_out_by(literals)
+        )
+
     def inherited_attribute_wraps(self, class_name: str) -> Dict[str, Tuple[AttributeWrap, ...]]:
         """`self.<attr>` wraps a method of `class_name` may see: attribute → wraps (own and inherited)."""
         found: Dict[str, Tuple[AttributeWrap, ...]] = {}
@@ -1787,7 +1888,8 @@ def _forward_owners(class_name: str, classes: Mapping[str, List[ClassInfo]]) -> 
 def _inherited_attribute_wraps(
     files: Sequence[FileFacts], classes: Mapping[str, List[ClassInfo]]
 ) -> Dict[str, Tuple[AttributeWrap, ...]]:
-    """Each class with the `self.<attr>` wraps made in it or in any of its bases."""
+    """Each class with the `self.<attr>` wraps made in it or in any of its bases, but for a base's
+    `__init__` wraps that the constants its subclass passes there rule out."""
     own: Dict[str, List[AttributeWrap]] = {}
     for facts in files:
         for wrap in facts.attribute_wraps:
@@ -1797,18 +1899,28 @@ def _inherited_attribute_wraps(
     result: Dict[str, Tuple[AttributeWrap, ...]] = {}
     for name in sorted(classes):
         found: List[AttributeWrap] = []
-        pending, seen = [name], set()
+        pending: List[Tuple[str, Mapping[str, object]]] = [(name, {})]
+        seen = set()
         while pending:
-            current = pending.pop()
+            current, literals = pending.pop()
             if current in seen:
                 continue
             seen.add(current)
-            found.extend(own.get(current, ()))
+            found.extend(wrap for wrap in own.get(current, ()) if not (wrap.method == "__init__" and wrap.ruled_out_by(literals)))
             for info in classes.get(current, ()):
-                pending.extend(info.bases)
+                pending.extend((base, base_init_literals(classes, current, base)) for base in info.bases)
         if found:
             result[name] = tuple(found)
     return result
+
+
+def base_init_literals(classes: Mapping[str, List[ClassInfo]], name: str, base: str) -> Mapping[str, object]:
+    """The constants the class `name` passes to `base.__init__` by keyword: its `super().__init__` call
+    goes to its first base. Nothing where the project has several classes of that name."""
+    infos = classes.get(name, ())
+    if len(infos) != 1 or not infos[0].bases or infos[0].bases[0] != base:
+        return {}
+    return dict(infos[0].base_init_literals)
 
 
 def _prefixes(module: str) -> Iterable[str]:

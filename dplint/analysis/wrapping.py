@@ -746,7 +746,7 @@ def class_attribute_wraps(ctx: FileContext, cls: cst.ClassDef) -> ClassWraps:
                             if not sites <= into.get(key, frozenset()):
                                 into[key] = into.get(key, frozenset()) | sites
                                 changed = True
-    called_elsewhere = _attribute_references(ctx)
+    called_elsewhere = attribute_references(ctx)
     self_calls = _self_calls(ctx, cls)
     leaving: Dict[str, FrozenSet[WrapSite]] = {}
     for name, found in left.items():
@@ -756,7 +756,77 @@ def class_attribute_wraps(ctx: FileContext, cls: cst.ClassDef) -> ClassWraps:
             continue
         for key, sites in found.items():
             leaving[key] = leaving.get(key, frozenset()) | sites
+    init = methods.get("__init__")
+    kept = _parameters_kept_on_self(cls, init) if init is not None and left.get("__init__") else {}
+    if kept:
+        # Other methods test what `__init__` tested through the attribute that keeps it: a wrap made
+        # `if args.distributed:` is one made `if self.args.distributed:` (`self.args = args`).
+        made_in_init = {site for sites in left["__init__"].values() for site in sites}
+
+        def restate(sites: FrozenSet[WrapSite]) -> FrozenSet[WrapSite]:
+            return frozenset(_restated(site, kept) if site in made_in_init else site for site in sites)
+
+        leaving = {key: restate(sites) for key, sites in leaving.items()}
+        during = {method: {key: restate(sites) for key, sites in held.items()} for method, held in during.items()}
     return ClassWraps(leaving, during)
+
+
+def _assigned_parts(target: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """What an assignment target binds: a name, an attribute, a subscript, or those inside a tuple or list."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _assigned_parts(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _assigned_parts(target.value)
+    else:
+        yield target
+
+
+def _restated(site: WrapSite, kept: Mapping[str, str]) -> WrapSite:
+    """The site with each kept parameter in its conditions named by the attribute that keeps it."""
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, kept)) + r")\b")
+    conditions = tuple((pattern.sub(lambda match: kept[match.group(1)], test), holds) for test, holds in site.conditions)
+    return replace(site, conditions=conditions) if conditions != site.conditions else site
+
+
+def _parameters_kept_on_self(cls: cst.ClassDef, init: cst.FunctionDef) -> Dict[str, str]:
+    """`__init__`'s parameters that it keeps whole on `self` (`self.args = args` in its body, not in a
+    branch): parameter → `self.args`. Only where `__init__` never rebinds the parameter and no method
+    assigns the attribute again."""
+    self_name = method_self(init)
+    if self_name is None:
+        return {}
+    parameters = {param.name.value for param in (*init.params.posonly_params, *init.params.params, *init.params.kwonly_params)}
+    parameters.discard(self_name)
+    kept: Dict[str, str] = {}
+    for statement in (small for line in block_body(init.body) if isinstance(line, cst.SimpleStatementLine) for small in line.body):
+        if (
+            isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0].target, cst.Attribute)
+            and dotted(statement.targets[0].target.value) == self_name
+            and isinstance(statement.value, cst.Name)
+            and statement.value.value in parameters
+        ):
+            kept[statement.value.value] = statement.targets[0].target.attr.value
+    if not kept:
+        return {}
+    assigned: Dict[str, int] = {}  # attribute → how many times the class's methods assign it
+    rebound: Set[str] = set()
+    for scope in (cls, init):
+        for node in descendants(scope):
+            if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
+                target: cst.CSTNode = node.target
+            elif isinstance(node, cst.AsName):
+                target = node.name
+            else:
+                continue
+            for part in _assigned_parts(target):
+                if scope is cls and isinstance(part, cst.Attribute):
+                    assigned[part.attr.value] = assigned.get(part.attr.value, 0) + 1
+                elif scope is init and isinstance(part, cst.Name):
+                    rebound.add(part.value)
+    return {parameter: f"self.{attribute}" for parameter, attribute in kept.items() if parameter not in rebound and assigned.get(attribute) == 1}
 
 
 def _self_calls(ctx: FileContext, cls: cst.ClassDef) -> Dict[str, int]:
@@ -913,7 +983,7 @@ def _walk_scopes(ctx: FileContext, flow: WrapFlow) -> Iterator[Tuple[Optional[cs
         for node in descendants(point.statement):
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
                 module_calls.setdefault(node.func.value, []).append(point)
-    classes = {s.name.value: s for s in _all_classes(ctx.module.body)}
+    classes = {s.name.value: s for s in all_classes(ctx.module.body)}
     own: Dict[str, ClassWraps] = {}
 
     def wraps_of(name: str, method: str = "", seen: FrozenSet[str] = frozenset()) -> Dict[str, FrozenSet[WrapSite]]:
@@ -932,8 +1002,13 @@ def _walk_scopes(ctx: FileContext, flow: WrapFlow) -> Iterator[Tuple[Optional[cs
         for base in classes[name].bases:
             base_name = dotted(base.value)
             if base_name is not None:
-                for key, sites in wraps_of(base_name.rpartition(".")[2], method, seen | {name}).items():
-                    found[key] = found.get(key, frozenset()) | sites
+                base_name = base_name.rpartition(".")[2]
+                ruled_out = ctx.project.ruled_out_base_wraps(name, base_name)
+                for key, sites in wraps_of(base_name, method, seen | {name}).items():
+                    if ruled_out:
+                        sites = frozenset(site for site in sites if (site.path or ctx.path, site.line_in(ctx)) not in ruled_out)
+                    if sites:
+                        found[key] = found.get(key, frozenset()) | sites
         found.update(own[name].seen_by(method))
         return found
 
@@ -1057,11 +1132,11 @@ def _methods_run_before_the_wrap(ctx: FileContext, cls: cst.ClassDef, class_wrap
                     early[name] = early.get(name, 0) + 1
         if flow.wrapping_targets(small):
             wrapped = True
-    references = _attribute_references(ctx)
+    references = attribute_references(ctx)
     return frozenset(name for name, calls in early.items() if name in methods and name not in late and references.get(name) == calls)
 
 
-def _attribute_references(ctx: FileContext) -> Dict[str, int]:
+def attribute_references(ctx: FileContext) -> Dict[str, int]:
     """How many times the file reads each attribute name (`x.name`, any `x`)."""
 
     def count() -> Dict[str, int]:
@@ -1074,11 +1149,11 @@ def _attribute_references(ctx: FileContext) -> Dict[str, int]:
     return ctx.memo("attribute-references", count)
 
 
-def _all_classes(body: Body) -> Iterator[cst.ClassDef]:
+def all_classes(body: Body) -> Iterator[cst.ClassDef]:
     for statement in body:
         if isinstance(statement, cst.ClassDef):
             yield statement
-            yield from _all_classes(block_body(statement.body))
+            yield from all_classes(block_body(statement.body))
         elif isinstance(statement, cst.BaseCompoundStatement) and not isinstance(statement, cst.FunctionDef):
             for block in child_blocks(statement):
-                yield from _all_classes(block)
+                yield from all_classes(block)
