@@ -217,6 +217,19 @@ def test_local_rank_argument_is_fine_when_another_file_reads_the_environment(tmp
     assert codes(lint(tmp_path)) == [("cli.py", 3, "DPL510")]
 
 
+def test_a_module_imported_from_its_package_by_name_is_part_of_the_program(tmp_path):
+    # `from pkg import dist` imports the submodule pkg/dist.py, whose setup reads LOCAL_RANK.
+    write(tmp_path, "pkg/dist.py", 'import os\nimport torch.distributed as dist\ndef init(args):\n    args.gpu = int(os.environ["LOCAL_RANK"])\n    dist.init_process_group("nccl")\n')
+    train = 'import argparse\nfrom pkg import {name} as dist_utils\np = argparse.ArgumentParser()\np.add_argument("--local_rank", type=int, default=0)\nargs = p.parse_args()\ndist_utils.init(args)\nprint(args.local_rank)\n'
+    write(tmp_path, "train.py", train.format(name="dist"))
+    assert codes(lint(tmp_path, ("DPL510",))) == []
+    write(tmp_path, "pkg/__init__.py", "")
+    assert codes(lint(tmp_path, ("DPL510",))) == []
+    write(tmp_path, "pkg/setup.py", 'import torch.distributed as dist\ndef init(args):\n    dist.init_process_group("nccl")\n')
+    write(tmp_path, "train.py", train.format(name="setup"))
+    assert codes(lint(tmp_path, ("DPL510",))) == [("train.py", 4, "DPL510")]
+
+
 def test_local_rank_argument_other_sources_count_only_where_the_argument_is_read(tmp_path):
     write(tmp_path, "cli.py", 'import argparse\np = argparse.ArgumentParser()\np.add_argument("--local_rank", type=int, default=0)\n')
     write(tmp_path, "train.py", 'import torch, torch.distributed as dist\nimport cli, tools\nargs = cli.p.parse_args()\ntorch.cuda.set_device(args.local_rank)\ndist.init_process_group("nccl")\n')

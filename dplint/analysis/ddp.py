@@ -387,7 +387,7 @@ def program_or_file(ctx: FileContext) -> DistributedProgram:
     """The program's facts, or for a file in no known program, what the file itself says."""
 
     def own() -> DistributedProgram:
-        facts = FileFacts(ctx.module_name, scan_imports(ctx.source, ctx.package), distributed=scan_distributed(ctx.source))
+        facts = FileFacts(ctx.module_name, scan_imports(ctx.source, ctx.package, submodules=True), distributed=scan_distributed(ctx.source))
         return DistributedProgram.merge([facts])
 
     return program(ctx) or ctx.memo("ddp-own-facts", own)

@@ -338,7 +338,7 @@ def scan_imports(text: str, package: str, pattern: "re.Pattern[str]" = _IMPORT_L
 
 def collect_file_facts(text: str, module_name: str, package: str, path: str, filename: str) -> FileFacts:
     """The facts of one file: `path` as it is shown, `filename` absolute."""
-    imports = scan_imports(text, package)
+    imports = scan_imports(text, package, submodules=True)
     tensor_values = scan_tensor_values(text, module_name, package)
     parse = cache(partial(_parse, text))
     # A torch library's own module starts no program's group, reads no `--local_rank` and takes no part in
