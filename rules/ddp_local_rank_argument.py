@@ -51,12 +51,14 @@ class LocalRankArgument(Rule):
 
     ## Known problems
     Only a file of a program that starts a process group (or wraps a model in DDP) is checked: a
-    one-process script that takes `--local_rank` for its device has no ranks. Any mention of
-    `"LOCAL_RANK"` in the project counts as reading it. The argument must be read
-    (`args.local_rank`, `para["local_rank"]`) somewhere in the program, and the program must have no
-    other source of the local rank: an overwrite of `.local_rank`, a fallback (`args.local_rank or
-    ...`), a rank modulo `torch.cuda.device_count()`, `mp.spawn`'s process index, or the DeepSpeed
-    launcher (which passes `--local_rank`) silence it.
+    one-process script that takes `--local_rank` for its device has no ranks. A mention of
+    `"LOCAL_RANK"` in a file of the program that also selects a device or starts the process group
+    counts as reading it (one in a checkpoint helper that only lets one process per node download does
+    not). The argument must be read (`args.local_rank`, `para["local_rank"]`) somewhere in the program,
+    and the program must have no other source of the local rank: an overwrite of `.local_rank` (also
+    as one of several targets, `args.local_rank, args.rank = get_envs()`), a fallback
+    (`args.local_rank or ...`), a rank modulo `torch.cuda.device_count()`, `mp.spawn`'s process index,
+    or the DeepSpeed launcher (which passes `--local_rank`) silence it.
     """
 
     code = "DPL510"

@@ -225,7 +225,9 @@ def test_a_module_imported_from_its_package_by_name_is_part_of_the_program(tmp_p
     assert codes(lint(tmp_path, ("DPL510",))) == []
     write(tmp_path, "pkg/__init__.py", "")
     assert codes(lint(tmp_path, ("DPL510",))) == []
-    write(tmp_path, "pkg/setup.py", 'import torch.distributed as dist\ndef init(args):\n    dist.init_process_group("nccl")\n')
+    write(tmp_path, "pkg/setup.py", 'import torch.distributed as dist\nfrom pkg import ckpt\ndef init(args):\n    dist.init_process_group("nccl")\n')
+    # A checkpoint helper that reads LOCAL_RANK to let one process per node download picks no device.
+    write(tmp_path, "pkg/ckpt.py", 'import os\ndef fetch(url):\n    if int(os.environ.get("LOCAL_RANK", 0)) == 0:\n        download(url)\n')
     write(tmp_path, "train.py", train.format(name="setup"))
     assert codes(lint(tmp_path, ("DPL510",))) == [("train.py", 4, "DPL510")]
 
@@ -239,6 +241,13 @@ def test_local_rank_argument_other_sources_count_only_where_the_argument_is_read
     # Where the argument is read, an overwrite from the global rank is another source.
     write(tmp_path, "train.py", 'import torch, torch.distributed as dist\nimport cli\nargs = cli.p.parse_args()\ndist.init_process_group("nccl")\nargs.local_rank = dist.get_rank() % torch.cuda.device_count()\ntorch.cuda.set_device(args.local_rank)\n')
     assert codes(lint(tmp_path)) == []
+    # So is one of several targets given a helper's result (`args.local_rank, args.rank = get_envs()`).
+    write(tmp_path, "train.py", 'import torch, torch.distributed as dist\nimport cli, envs\nargs = cli.p.parse_args()\nargs.local_rank, args.rank = envs.get_envs()\ntorch.cuda.set_device(args.local_rank)\ndist.init_process_group("nccl")\n')
+    assert codes(lint(tmp_path)) == []
+    write(tmp_path, "train.py", 'import torch, torch.distributed as dist\nimport cli\nargs = cli.p.parse_args()\nargs.local_rank, args.rank = args.local_rank, 0\ntorch.cuda.set_device(args.local_rank)\ndist.init_process_group("nccl")\n')
+    assert codes(lint(tmp_path)) == [("cli.py", 3, "DPL510")], "the parsed value copied back is no other source"
+    write(tmp_path, "train.py", 'import torch, torch.distributed as dist\nimport cli\nargs = cli.p.parse_args()\nsaved = args.rank, args.local_rank\nargs.cfg, args.rank, args.local_rank = "", *saved\ntorch.cuda.set_device(args.local_rank)\ndist.init_process_group("nccl")\n')
+    assert codes(lint(tmp_path)) == [("cli.py", 3, "DPL510")], "values put back from a starred tuple are not known to be new"
 
 
 def test_complementary_rank_branches_are_paired_and_a_lone_one_is_not():

@@ -72,6 +72,16 @@ def test_absolute_imports_inside_a_package_resolve_from_the_folder_holding_the_p
     )
 
 
+def test_a_submodule_is_looked_up_in_the_package_its_parent_resolves_to(tmp_path):
+    # train/src/train.py: `from ImageReward import ImageReward` takes a class of the sibling module
+    # ImageReward.py, not the root package's ImageReward/ImageReward.py.
+    modules = index(tmp_path, "train/src/train.py", "train/src/ImageReward.py", "ImageReward/__init__.py", "ImageReward/ImageReward.py")
+    train = str(tmp_path / "train/src/train.py")
+    assert modules.resolve("ImageReward", train) == str(tmp_path / "train/src/ImageReward.py")
+    assert modules.resolve("ImageReward.ImageReward", train) is None
+    assert modules.resolve("ImageReward.ImageReward", str(tmp_path / "run.py")) == str(tmp_path / "ImageReward/ImageReward.py")
+
+
 def test_src_layout_and_namespace_packages(tmp_path):
     modules = index(tmp_path, "src/pkg/model.py", "scripts/train.py")
     assert modules.resolve("pkg.model", str(tmp_path / "scripts/train.py")) == str(tmp_path / "src/pkg/model.py")

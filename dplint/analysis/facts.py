@@ -2363,6 +2363,25 @@ def _copies_local_rank_argument(value: ast.expr) -> bool:
     )
 
 
+def _value_assigned_to_local_rank(node: ast.Assign) -> Optional[ast.expr]:
+    """What `x.local_rank = value` assigns, also as one of several targets: the matching element of a
+    tuple, or a call's whole result (`args.local_rank, args.rank = get_envs()`). None where no target
+    names the local rank, or the part it gets is not known (`..., opt.local_rank = x, *saved`)."""
+    target, value = node.targets[0], node.value
+    if _names_local_rank(target):
+        return value
+    if not isinstance(target, (ast.Tuple, ast.List)):
+        return None
+    for index, element in enumerate(target.elts):
+        if _names_local_rank(element):
+            if isinstance(value, ast.Call):
+                return value
+            if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                part = value.elts[index]
+                return None if any(isinstance(each, ast.Starred) for each in value.elts) else part
+    return None
+
+
 def _names_local_rank(target: ast.expr) -> bool:
     """`x.local_rank` or `x["local_rank"]`."""
     if isinstance(target, ast.Attribute):
@@ -2398,9 +2417,9 @@ def _local_rank_uses(text: str, parse: Callable[[], Optional[ast.Module]]) -> Tu
             reads = reads or isinstance(node.ctx, ast.Load)
         elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == "local_rank":
             reads = reads or isinstance(node.ctx, ast.Load)
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and _names_local_rank(node.targets[0]):
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and (value := _value_assigned_to_local_rank(node)) is not None:
             # `args.local_rank = dist.get_rank() % n` replaces it; `cfg.local_rank = args.local_rank` copies it.
-            other = other or not _copies_local_rank_argument(node.value)
+            other = other or not _copies_local_rank_argument(value)
         elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
             other = other or any(isinstance(v, ast.Attribute) and v.attr == "local_rank" for v in node.values[:-1])
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
@@ -2439,7 +2458,9 @@ class DistributedProgram:
         return cls(
             sets_epoch=any(f.sets_epoch for f in facts),
             selects_device=any(f.selects_device for f in facts),
-            reads_local_rank_env=any(f.reads_local_rank_env for f in facts),
+            # A read of `LOCAL_RANK` that picks this rank's device or joins the group (not a download
+            # guard in a checkpoint helper).
+            reads_local_rank_env=any(f.reads_local_rank_env and (f.selects_device or f.starts_process_group) for f in facts),
             trainer_framework=any(name.split(".")[0] in TRAINER_FRAMEWORKS for f in files for name in f.imports),
             epoch_loop=any(f.epoch_loop for f in facts),
             wraps_model=any(f.wraps_model for f in facts),
