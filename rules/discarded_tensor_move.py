@@ -8,7 +8,7 @@ import libcst as cst
 from dplint.analysis.context import FileContext
 from dplint.analysis.facts import ProjectFacts
 from dplint.analysis.inference import Inference, Kind, Scope
-from dplint.analysis.names import descendants, dotted
+from dplint.analysis.names import assigned_parts, descendants, dotted
 from dplint.analysis.outline import Outline
 from dplint.analysis.tensor_api import TORCH_FUNCTIONS
 from dplint.analysis.torch_api import DTYPES
@@ -843,22 +843,13 @@ def _read_next_iteration(read: cst.Name, move: cst.Name, name: str, parent: Mapp
 def _bound_names(body: cst.CSTNode) -> Iterator[cst.Name]:
     """The names that statements bind without reading them: assignment and loop targets, `as` names, `del`."""
     for node in descendants(body):
-        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.For, cst.NamedExpr, cst.CompFor)):
-            targets = [node.target]
+        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.For, cst.NamedExpr, cst.CompFor, cst.Del)):
+            target = node.target
         elif isinstance(node, cst.AsName):
-            targets = [node.name]
-        elif isinstance(node, cst.Del):
-            targets = [node.target]
+            target = node.name
         else:
             continue
-        while targets:
-            target = targets.pop()
-            if isinstance(target, cst.Name):
-                yield target
-            elif isinstance(target, (cst.Tuple, cst.List)):
-                targets.extend(element.value for element in target.elements)
-            elif isinstance(target, cst.StarredElement):
-                targets.append(target.value)
+        yield from (part for part in assigned_parts(target) if isinstance(part, cst.Name))
 
 
 def _assigns(statement: cst.CSTNode, name: str) -> bool:

@@ -35,7 +35,7 @@ from dplint.analysis.execution import DATA_LOADERS
 from dplint.analysis import tensor_api
 from dplint.analysis.torch_api import ATTRIBUTE_WRAPPERS, TENSOR_TYPES, call_returns_tensor
 from dplint.analysis.facts import ProjectCall, Wrap
-from dplint.analysis.names import Body, block_body, child_blocks, child_nodes, descendants, dotted, iter_calls, run_visitor
+from dplint.analysis.names import Body, assigned_parts, block_body, child_blocks, child_nodes, descendants, dotted, iter_calls, run_visitor
 
 
 class Kind(enum.Enum):
@@ -1163,13 +1163,7 @@ def _name_reads(node: cst.CSTNode) -> List[cst.Name]:
 
 
 def _target_names(target: cst.BaseExpression) -> Iterator[str]:
-    if isinstance(target, cst.Name):
-        yield target.value
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _target_names(element.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from _target_names(target.value)
+    return (part.value for part in assigned_parts(target) if isinstance(part, cst.Name))
 
 
 def _bind_shape(target: cst.BaseExpression, shape: Shape, names: Dict[str, Shape]) -> None:

@@ -144,6 +144,18 @@ def names_in(node: cst.CSTNode) -> Set[str]:
     return found
 
 
+def assigned_parts(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    """What an assignment target binds: a name, an attribute or a subscript, also inside a tuple or a
+    list (`a, (b, *c) = ...`)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from assigned_parts(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from assigned_parts(target.value)
+    else:
+        yield target
+
+
 def child_nodes(node: cst.CSTNode) -> List[cst.CSTNode]:
     """The node's children that can hold expressions, in source order (no whitespace or punctuation)."""
     children: List[cst.CSTNode] = []

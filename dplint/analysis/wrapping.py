@@ -27,7 +27,7 @@ from dplint.analysis.ddp import ScopeInfo, accelerator_builds, is_literal, prepa
 from dplint.analysis.facts import MODULE_RETURNING_METHODS, WRAPPER_KEYWORDS
 from dplint.analysis.inference import Inference, Kind
 from dplint.analysis.torch_api import ATTRIBUTE_WRAPPERS, FULLY_SHARDED_DATA_PARALLEL
-from dplint.analysis.names import Body, block_body, child_blocks, descendants, dotted, iter_calls, iter_small_statements, run_visitor
+from dplint.analysis.names import Body, assigned_parts, block_body, child_blocks, descendants, dotted, iter_calls, iter_small_statements, run_visitor
 from dplint.analysis.context import FileContext
 from dplint.analysis.patterns import GuardedPattern
 
@@ -771,17 +771,6 @@ def class_attribute_wraps(ctx: FileContext, cls: cst.ClassDef) -> ClassWraps:
     return ClassWraps(leaving, during)
 
 
-def _assigned_parts(target: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """What an assignment target binds: a name, an attribute, a subscript, or those inside a tuple or list."""
-    if isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _assigned_parts(element.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from _assigned_parts(target.value)
-    else:
-        yield target
-
-
 def _restated(site: WrapSite, kept: Mapping[str, str]) -> WrapSite:
     """The site with each kept parameter in its conditions named by the attribute that keeps it."""
     pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, kept)) + r")\b")
@@ -821,7 +810,7 @@ def _parameters_kept_on_self(cls: cst.ClassDef, init: cst.FunctionDef) -> Dict[s
                 target = node.name
             else:
                 continue
-            for part in _assigned_parts(target):
+            for part in assigned_parts(target):
                 if scope is cls and isinstance(part, cst.Attribute):
                     assigned[part.attr.value] = assigned.get(part.attr.value, 0) + 1
                 elif scope is init and isinstance(part, cst.Name):
