@@ -66,17 +66,17 @@ class ModuleIndex:
         return self._resolved[key]
 
     def _find_in_parent(self, module: str, from_file: str) -> Optional[str]:
-        """`a.b` is a module of the package `a` resolves to: none where `a` is a plain module (`a.py`
-        has no submodules, so `from a import b` takes its attribute), searched afresh where `a` is no
-        file of the project (a namespace package, or a library)."""
-        parent, _, name = module.rpartition(".")
-        found = self.resolve(parent, from_file) if parent else None
-        if found is None:
-            return self._find(module.replace(".", os.sep), os.path.dirname(from_file))
-        if os.path.splitext(os.path.basename(found))[0] != "__init__":
-            return None
-        base = os.path.join(os.path.dirname(found), name)
-        return next((c for c in (base + ".py", os.path.join(base, "__init__.py"), base + ".pyi") if c in self.files), None)
+        """The file of `module`, unless a script's own plain module shadows the package it names:
+        beside `train.py` (a folder that is no package, first on `sys.path`), `ImageReward.py` makes
+        `from ImageReward import ImageReward` take its attribute, whatever `ImageReward/` holds elsewhere."""
+        directory = os.path.dirname(from_file)
+        found = self._find(module.replace(".", os.sep), directory)
+        parent = module.rpartition(".")[0]
+        if found is None or not parent or os.path.join(directory, "__init__.py") in self.files:
+            return found
+        shadow = self.resolve(parent, from_file)
+        plain = shadow is not None and os.path.splitext(os.path.basename(shadow))[0] != "__init__"
+        return None if plain and os.path.dirname(shadow) == directory else found
 
     def resolve_chain(self, module: str, from_file: str) -> Tuple[str, ...]:
         """Every project file that `import a.b.c` runs: a/__init__.py, a/b/__init__.py, a/b/c.py."""
