@@ -59,7 +59,7 @@ class AccumulatedLossTensor(Rule):
     code = "DPL402"
     preview = True
     preview_reason = (
-        "Measured 0.90 (9 true, 1 false, 2 moot): a loss rebound to a float before the accumulation is reported."
+        "Measured 0.82 on the 904 repositories of bench/wild (9 true, 2 false, 2 moot): a loss rebound to a float before the accumulation is reported."
     )
     name = "accumulated-loss-tensor"
     summary = "`total += loss` on a tensor that requires grad grows the sum's autograd history every iteration."

@@ -58,7 +58,7 @@ class MissingSetDevice(Rule):
     code = "DPL508"
     preview = True
     preview_reason = (
-        "Measured 0.00 (0 true, 2 false, 1 moot): ranks that each see one GPU through a launch script's `CUDA_VISIBLE_DEVICES` are reported."
+        "Measured 0.00 on the 904 repositories of bench/wild (0 true, 2 false, 0 moot): ranks that each see one GPU through a launch script's `CUDA_VISIBLE_DEVICES` are reported."
     )
     name = "missing-set-device"
     summary = "An NCCL process group whose ranks never select their own GPU: every rank piles onto GPU 0."

@@ -62,7 +62,7 @@ class ForwardMutatesModuleState(WrappedForwardRule):
     code = "DPL304"
     preview = True
     preview_reason = (
-        "Measured 0.67 (2 true, 1 false, 2 moot): an attribute set in `forward` and never read afterwards is reported."
+        "Measured 0.67 on the 904 repositories of bench/wild (2 true, 1 false, 4 moot): an attribute set in `forward` and never read afterwards is reported."
     )
     name = "forward-mutates-module-state"
     summary = "`forward` of a DataParallel-wrapped module changes module attributes, which replicas lose."

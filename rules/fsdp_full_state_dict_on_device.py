@@ -89,7 +89,7 @@ class FullStateDictOnDevice(Rule):
     code = "DPL524"
     preview = True
     preview_reason = (
-        "Too few findings to judge: 3 on the 868 repositories of bench/wild, all true but moot (models that fit one GPU; "
+        "Too few findings to judge: 3 on the 904 repositories of bench/wild, all true but moot (models that fit one GPU; "
         "labelled blind); the 12 FSDP trainers held back for it all offload their full state dicts."
     )
     name = "full-state-dict-on-device"

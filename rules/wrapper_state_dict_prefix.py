@@ -118,7 +118,7 @@ class WrapperStateDictPrefix(Rule):
     code = "DPL303"
     preview = True
     preview_reason = (
-        "Measured 0.74 (90 true, 31 false, 33 moot): a save is linked to a loader by the model's class, not by the "
+        "Measured 0.62 on the 904 repositories of bench/wild (99 true, 60 false, 119 moot): a save is linked to a loader by the model's class, not by the "
         "checkpoint's path, so a loader of another program's checkpoint is taken for this one's."
     )
     name = "wrapper-state-dict-prefix"

@@ -72,7 +72,7 @@ def test_absolute_imports_inside_a_package_resolve_from_the_folder_holding_the_p
     )
 
 
-def test_a_submodule_is_looked_up_in_the_package_its_parent_resolves_to(tmp_path):
+def test_a_scripts_own_plain_module_shadows_a_package_of_that_name(tmp_path):
     # train/src/train.py: `from ImageReward import ImageReward` takes a class of the sibling module
     # ImageReward.py, not the root package's ImageReward/ImageReward.py.
     modules = index(tmp_path, "train/src/train.py", "train/src/ImageReward.py", "ImageReward/__init__.py", "ImageReward/ImageReward.py")
@@ -80,6 +80,11 @@ def test_a_submodule_is_looked_up_in_the_package_its_parent_resolves_to(tmp_path
     assert modules.resolve("ImageReward", train) == str(tmp_path / "train/src/ImageReward.py")
     assert modules.resolve("ImageReward.ImageReward", train) is None
     assert modules.resolve("ImageReward.ImageReward", str(tmp_path / "run.py")) == str(tmp_path / "ImageReward/ImageReward.py")
+    # Inside a package its own folder is not on sys.path: `from .distributed import is_primary` in
+    # distributed/__init__.py is distributed/distributed.py, though a plain `distributed.py` sits beside it.
+    modules = index(tmp_path, "train.py", "distributed/__init__.py", "distributed/distributed.py")
+    package = str(tmp_path / "distributed/__init__.py")
+    assert modules.resolve("distributed.distributed", package) == str(tmp_path / "distributed/distributed.py")
 
 
 def test_src_layout_and_namespace_packages(tmp_path):
