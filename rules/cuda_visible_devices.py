@@ -453,15 +453,21 @@ def _child_after(ctx: FileContext, body: Body, start: cst.CSTNode) -> Optional[b
             qualified = ctx.qualify(node.func)
             if analysis._initialises_cuda(node, qualified, FlowState()):
                 return False  # this process uses the devices too
-            if qualified in CHILD_STARTERS and not any(arg.keyword is not None and arg.keyword.value == "env" for arg in node.args):
+            if _starts_inheriting_child(node, qualified):
                 child = True
             elif isinstance(node.func, cst.Attribute) and (node.func.attr.value == "remote" or node.func.attr.value in methods):
                 child = True
     return True if child else None
 
 
+def _starts_inheriting_child(call: cst.Call, qualified: Optional[str]) -> bool:
+    """A call that starts a child process with this process's environment (no `env=` of its own)."""
+    return qualified in CHILD_STARTERS and not any(arg.keyword is not None and arg.keyword.value == "env" for arg in call.args)
+
+
 def _child_starting_methods(ctx: FileContext) -> FrozenSet[str]:
-    """Methods of the file's classes whose own body starts a child process (`def _launch_server(self):`)."""
+    """Methods of the file's classes whose own body starts a child process that inherits the environment
+    (`def _launch_server(self):`)."""
 
     def find() -> FrozenSet[str]:
         return frozenset(
@@ -471,7 +477,7 @@ def _child_starting_methods(ctx: FileContext) -> FrozenSet[str]:
             if isinstance(method, cst.FunctionDef)
             and method_self(method) is not None
             and any(
-                isinstance(node, cst.Call) and ctx.qualify(node.func) in CHILD_STARTERS
+                isinstance(node, cst.Call) and _starts_inheriting_child(node, ctx.qualify(node.func))
                 for node in _in_source_order(block_body(method.body))
             )
         )
@@ -859,6 +865,25 @@ class CudaVisibleDevicesAfterTorchImport(Rule):
                     self.server = subprocess.Popen(["python", "-m", "server"])
             """,
             line=12,
+        ),
+        Invalid(
+            """
+            import os
+            import subprocess
+            import torch
+
+            class Rollout:
+                def __init__(self, devices, env):
+                    self._set_devices(devices)
+                    self._launch_server(env)
+
+                def _set_devices(self, devices):
+                    os.environ["CUDA_VISIBLE_DEVICES"] = devices
+
+                def _launch_server(self, env):
+                    subprocess.run(["python", "-m", "server"], env=env)  # its own environment, not this one
+            """,
+            line=11,
         ),
     ]
 
